@@ -25,11 +25,11 @@ class FrameTooLarge(KafkaError):
         self.size = size
 
 
-def frame_size(buf: Any, max_bytes: int) -> int | None:
-    """The size of the next frame's body, or None until its 4-byte prefix is here."""
-    if len(buf) < 4:
+def frame_size(buf: Any, max_bytes: int, pos: int = 0) -> int | None:
+    """The size of the frame body at `pos`, or None until its 4-byte prefix is here."""
+    if len(buf) - pos < 4:
         return None
-    (size,) = SIZE.unpack_from(buf)
+    (size,) = SIZE.unpack_from(buf, pos)
     if not 0 <= size <= max_bytes:
         raise FrameTooLarge(size, max_bytes)
     return size

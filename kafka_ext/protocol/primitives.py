@@ -21,7 +21,7 @@ I32 = struct.Struct(">i")
 _NULL16 = I16.pack(-1)
 _NULL32 = I32.pack(-1)
 
-# Records fields at least this long leave the encode buffer as their own part (zero copy);
+# bytes/bytearray records at least this long leave the encode buffer as their own part;
 # shorter ones are cheaper to append than to carry as a separate buffer.
 INLINE_RECORDS_MAX_BYTES = 4096
 
@@ -212,8 +212,9 @@ def write_records_body(out: bytearray, parts: list | None, value: RecordsValue) 
         return
     chunks = (value,) if isinstance(value, (bytes, bytearray, memoryview)) else value
     for chunk in chunks:
-        size = chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
-        if parts is None or size < INLINE_RECORDS_MAX_BYTES:
+        # A memoryview borrows storage (a segment map): it always travels as its own part.
+        if parts is None or (not isinstance(chunk, memoryview)
+                             and len(chunk) < INLINE_RECORDS_MAX_BYTES):
             out += chunk
         else:
             parts.append(bytes(out))

@@ -1,0 +1,9 @@
+#!/bin/sh
+# Create, list, describe, alter and delete topics, with kafka-topics.sh's flags.
+# Thin launcher with Apache Kafka's script name; runs `kafka-ext topics`.
+if command -v kafka-ext >/dev/null 2>&1; then
+    exec kafka-ext topics "$@"
+fi
+# Not installed as a console script: run the package from this checkout.
+here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
+exec env PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -m kafka_ext.cli.main topics "$@"

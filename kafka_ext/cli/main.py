@@ -1,0 +1,86 @@
+"""`kafka-ext` console script: the broker (`server`) and admin tools with Kafka's flags.
+
+Each tool lives in its own module (topics.py, console_producer.py, console_consumer.py) and
+registers one argparse subcommand; the broker itself is imported only when `server` runs so
+that the admin tools start fast and work without the server's dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from kafka_ext.cli import console_consumer, console_producer, topics
+from kafka_ext.cli.client_config import UsageError
+from kafka_ext.server.config import ConfigError, format_config_value, load_config
+
+EXIT_CONFIG_ERROR = 2
+
+
+def _add_server_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "server", help="run a broker (and controller) from server.properties",
+        description="Start a broker. With no file, a single-node broker that is its own "
+                    "controller listens on localhost:9092 and stores data under ./kafka-ext-data. "
+                    "KAFKA_EXT_* environment variables override the file (KAFKA_EXT_LOG_DIRS -> "
+                    "log.dirs), and --override wins over both.")
+    parser.add_argument("config", nargs="?", metavar="server.properties",
+                        help="broker configuration in Java properties syntax")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="set one configuration key (repeatable)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the effective configuration as key=value lines and exit")
+    parser.set_defaults(run=_run_server)
+
+
+def _run_server(args: argparse.Namespace) -> int:
+    """Load and validate the configuration, then hand it to the broker; config errors exit 2."""
+    try:
+        config = load_config(args.config, os.environ, args.override)
+    except ConfigError as exc:
+        print(f"kafka-ext: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    if args.print_config:
+        for name in sorted(config.values):
+            text = format_config_value(config.values[name])
+            print(f"{name}={'' if text is None else text}")
+        return 0
+    from kafka_ext.server.broker import run  # lazy: admin tools must not pay for the broker
+
+    try:
+        run(config)
+    except ConfigError as exc:  # the broker may reject settings it checks late (e.g. meta.properties)
+        print(f"kafka-ext: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full `kafka-ext` argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="kafka-ext", description="A Kafka-protocol broker and its command-line tools.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_server_parser(subparsers)
+    topics.add_parser(subparsers)
+    console_producer.add_parser(subparsers)
+    console_consumer.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `kafka-ext` console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except UsageError as exc:
+        parser.exit(2, f"kafka-ext {args.command}: error: {exc}\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

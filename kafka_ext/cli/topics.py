@@ -1,0 +1,307 @@
+"""`kafka-ext topics`: kafka-topics.sh's flags and output, over confluent-kafka's AdminClient.
+
+Output keeps kafka-topics.sh's plain layout ("Created topic t.", tab-separated describe lines)
+because scripts parse it; `--describe --table` renders the same facts as a rich table for people.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
+
+from kafka_ext.cli.client_config import UsageError, client_config, parse_key_values
+
+REQUEST_TIMEOUT_S = 30.0
+COLLISION_WARNING = (
+    "WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_') "
+    "could collide. To avoid issues it is best to use either, but not both.")
+
+
+class TopicCommandError(Exception):
+    """A failed admin operation; printed as kafka-topics.sh prints it, exit code 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    """One partition as --describe prints it."""
+
+    partition: int
+    leader: int | None
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRow:
+    """One topic as --describe prints it; `configs` holds only the topic's own overrides."""
+
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionRow, ...]
+    configs: tuple[tuple[str, str], ...]
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `topics` with kafka-topics.sh's flags."""
+    parser = subparsers.add_parser(
+        "topics", help="create, list, describe, alter and delete topics (kafka-topics.sh)",
+        description="Create, delete, describe, or change a topic.")
+    actions = parser.add_mutually_exclusive_group(required=True)
+    actions.add_argument("--create", action="store_true", help="create a new topic")
+    actions.add_argument("--list", action="store_true", help="list all topics")
+    actions.add_argument("--describe", action="store_true", help="describe topics")
+    actions.add_argument("--alter", action="store_true", help="add partitions to a topic")
+    actions.add_argument("--delete", action="store_true", help="delete topics")
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="broker(s) to connect to")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="client properties file (security settings and the like)")
+    parser.add_argument("--topic", metavar="TOPIC",
+                        help="topic name; a regular expression for describe/alter/delete")
+    parser.add_argument("--partitions", type=int, metavar="N",
+                        help="partition count for --create, or the new count for --alter")
+    parser.add_argument("--replication-factor", type=int, metavar="R",
+                        help="replication factor for --create")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="topic config override for --create (repeatable)")
+    parser.add_argument("--if-exists", action="store_true",
+                        help="with --alter/--delete/--describe: do nothing if the topic is missing")
+    parser.add_argument("--if-not-exists", action="store_true",
+                        help="with --create: do nothing if the topic already exists")
+    parser.add_argument("--exclude-internal", action="store_true",
+                        help="leave out internal topics (__consumer_offsets, ...)")
+    parser.add_argument("--under-replicated-partitions", action="store_true",
+                        help="with --describe: only partitions whose ISR is smaller than replicas")
+    parser.add_argument("--unavailable-partitions", action="store_true",
+                        help="with --describe: only partitions without a leader")
+    parser.add_argument("--table", action="store_true",
+                        help="with --describe: print a table instead of kafka-topics.sh lines")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute one topics action; 0 on success, 1 when the cluster refuses it."""
+    _check_args(args)
+    conf: dict[str, str | int | float | bool] = dict(
+        client_config(args.bootstrap_server, args.command_config, [], "--command-config"))
+    admin = AdminClient(conf)
+    try:
+        if args.create:
+            _create(admin, args)
+        elif args.list:
+            for name in _list_topics(admin, args.exclude_internal):
+                print(name)
+        elif args.describe:
+            _describe(admin, args)
+        elif args.alter:
+            _alter(admin, args)
+        else:
+            _delete(admin, args)
+    except (TopicCommandError, KafkaException) as exc:
+        print(f"Error while executing topic command : {_message(exc)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if (args.create or args.alter or args.delete) and not args.topic:
+        raise UsageError("--topic is required with --create, --alter and --delete")
+    if args.alter and args.partitions is None:
+        raise UsageError("--alter needs --partitions (use kafka-configs for topic configs)")
+    if args.config and not args.create:
+        raise UsageError("--config is only valid with --create")
+    if args.replication_factor is not None and not args.create:
+        raise UsageError("--replication-factor is only valid with --create")
+    if args.partitions is not None and not (args.create or args.alter):
+        raise UsageError("--partitions is only valid with --create or --alter")
+    if args.if_not_exists and not args.create:
+        raise UsageError("--if-not-exists is only valid with --create")
+    if args.if_exists and not (args.alter or args.delete or args.describe):
+        raise UsageError("--if-exists is only valid with --alter, --delete or --describe")
+    if args.partitions is not None and args.partitions < 1:
+        raise UsageError("--partitions must be at least 1")
+    if args.replication_factor is not None and args.replication_factor < 1:
+        raise UsageError("--replication-factor must be at least 1")
+
+
+def _message(exc: Exception) -> str:
+    """The broker's message when there is one, else the error's name."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        error: KafkaError = exc.args[0]
+        return error.str() or error.name()
+    return str(exc)
+
+
+def _error_code(exc: KafkaException) -> int | None:
+    if exc.args and isinstance(exc.args[0], KafkaError):
+        code: int = exc.args[0].code()
+        return code
+    return None
+
+
+def _list_topics(admin: AdminClient, exclude_internal: bool) -> list[str]:
+    metadata = admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+    names = sorted(metadata.topics)
+    if exclude_internal:
+        names = [n for n in names if not n.startswith("__")]
+    return names
+
+
+def _matching_topics(admin: AdminClient, pattern: str | None, exclude_internal: bool) -> list[str]:
+    """Topics named by --topic, which kafka-topics.sh treats as a regular expression."""
+    names = _list_topics(admin, exclude_internal)
+    if pattern is None:
+        return names
+    try:
+        regex = re.compile(pattern)
+    except re.error:
+        return [n for n in names if n == pattern]
+    return [n for n in names if n == pattern or regex.fullmatch(n)]
+
+
+def _require_topics(admin: AdminClient, args: argparse.Namespace) -> list[str]:
+    names = _matching_topics(admin, args.topic, args.exclude_internal)
+    if not names and args.topic is not None and not args.if_exists:
+        raise TopicCommandError(f"Topic '{args.topic}' does not exist as expected")
+    return names
+
+
+def _create(admin: AdminClient, args: argparse.Namespace) -> None:
+    configs = parse_key_values(args.config, "--config")
+    topic: str = args.topic
+    if args.if_not_exists and topic in _list_topics(admin, exclude_internal=False):
+        return
+    if "." in topic or "_" in topic:
+        print(COLLISION_WARNING)
+    new_topic = NewTopic(
+        topic,
+        num_partitions=-1 if args.partitions is None else args.partitions,
+        replication_factor=-1 if args.replication_factor is None else args.replication_factor,
+        config=configs,
+    )
+    future = admin.create_topics([new_topic], request_timeout=REQUEST_TIMEOUT_S)[topic]
+    try:
+        future.result()
+    except KafkaException as exc:
+        if args.if_not_exists and _error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
+            return
+        raise
+    print(f"Created topic {topic}.")
+
+
+def _alter(admin: AdminClient, args: argparse.Namespace) -> None:
+    names = _require_topics(admin, args)
+    if not names:
+        return
+    futures = admin.create_partitions([NewPartitions(n, args.partitions) for n in names],
+                                      request_timeout=REQUEST_TIMEOUT_S)
+    for name in names:
+        futures[name].result()
+
+
+def _delete(admin: AdminClient, args: argparse.Namespace) -> None:
+    names = _require_topics(admin, args)
+    if not names:
+        return
+    futures = admin.delete_topics(names, request_timeout=REQUEST_TIMEOUT_S)
+    for name in names:
+        futures[name].result()
+
+
+def _topic_overrides(admin: AdminClient, names: list[str]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Each topic's own config overrides (DYNAMIC_TOPIC_CONFIG entries), as --describe shows."""
+    if not names:
+        return {}
+    resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
+    futures = admin.describe_configs(resources, request_timeout=REQUEST_TIMEOUT_S)
+    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    for resource, future in futures.items():
+        entries = future.result()
+        overrides = sorted(
+            (entry.name, "<sensitive>" if entry.is_sensitive else str(entry.value))
+            for entry in entries.values()
+            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+        out[resource.name] = tuple(overrides)
+    return out
+
+
+def describe_topics(admin: AdminClient, names: list[str]) -> list[TopicRow]:
+    """Partition layout and overrides of the named topics, sorted by name."""
+    if not names:
+        return []
+    futures = admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
+    overrides = _topic_overrides(admin, names)
+    rows: list[TopicRow] = []
+    for name in sorted(names):
+        description = futures[name].result()
+        partitions = tuple(
+            PartitionRow(
+                partition=p.id,
+                leader=None if p.leader is None or p.leader.id < 0 else p.leader.id,
+                replicas=tuple(node.id for node in p.replicas),
+                isr=tuple(node.id for node in p.isr),
+            )
+            for p in sorted(description.partitions, key=lambda p: p.id))
+        rows.append(TopicRow(name, str(description.topic_id), partitions, overrides.get(name, ())))
+    return rows
+
+
+def format_topic_lines(row: TopicRow, partition_filter: set[int] | None = None) -> list[str]:
+    """kafka-topics.sh --describe lines: one topic line then one line per partition."""
+    replication_factor = len(row.partitions[0].replicas) if row.partitions else 0
+    configs = ",".join(f"{k}={v}" for k, v in row.configs)
+    lines = [f"Topic: {row.name}\tTopicId: {row.topic_id}\tPartitionCount: {len(row.partitions)}"
+             f"\tReplicationFactor: {replication_factor}\tConfigs: {configs}"]
+    for p in row.partitions:
+        if partition_filter is not None and p.partition not in partition_filter:
+            continue
+        leader = "none" if p.leader is None else str(p.leader)
+        lines.append(
+            f"\tTopic: {row.name}\tPartition: {p.partition}\tLeader: {leader}"
+            f"\tReplicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
+            "\tElr: N/A\tLastKnownElr: N/A")
+    return lines
+
+
+def _describe(admin: AdminClient, args: argparse.Namespace) -> None:
+    rows = describe_topics(admin, _require_topics(admin, args))
+    only_problems = args.under_replicated_partitions or args.unavailable_partitions
+    if args.table:
+        _print_table(rows)
+        return
+    for row in rows:
+        if not only_problems:
+            print("\n".join(format_topic_lines(row)))
+            continue
+        # With a partition filter kafka-topics.sh prints only the matching partition lines.
+        for p in row.partitions:
+            under = args.under_replicated_partitions and len(p.isr) < len(p.replicas)
+            unavailable = args.unavailable_partitions and p.leader is None
+            if under or unavailable:
+                print(format_topic_lines(row, {p.partition})[1])
+
+
+def _print_table(rows: list[TopicRow]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("Topic", "Partition", "Leader", "Replicas", "Isr", "Configs")
+    for row in rows:
+        configs = ",".join(f"{k}={v}" for k, v in row.configs)
+        for p in row.partitions:
+            table.add_row(row.name, str(p.partition), "none" if p.leader is None else str(p.leader),
+                          ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
+                          configs if p.partition == 0 else "")
+    Console().print(table)

@@ -1,0 +1,338 @@
+"""QuorumController: validates metadata changes, appends their records, replays them.
+
+Single-node form (`process.roles=broker,controller`): this process is the only voter, so a
+record is committed once it is appended and flushed to `__cluster_metadata`. Operations are
+serialised by one lock, as Kafka's controller runs its event queue on one thread. Listeners are
+told (old image, new image) after every commit; the broker creates and deletes logs there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from kafka_ext.controller.metadata_log import build_metadata_batch, replay
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.messages import registry
+
+log = logging.getLogger(__name__)
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+METADATA_VERSION_FEATURE = "metadata.version"
+METADATA_VERSION_LEVEL = 22  # 4.0-IV3
+
+ImageListener = Callable[[MetadataImage, MetadataImage], None]
+TopicConfigValidator = Callable[[str, str], str]
+
+
+def check_topic_name(name: str) -> None:
+    """Kafka's topic name rules: 1-249 chars of [a-zA-Z0-9._-], not "." or ".."."""
+    if not name or name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic name {name!r} is illegal")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _LEGAL_TOPIC_NAME.match(name):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name {name!r} contains characters other than ASCII "
+                         "alphanumerics, '.', '_' and '-'")
+
+
+@dataclass(slots=True)
+class TopicCreation:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: dict[int, list[int]] | None = None
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class TopicCreationResult:
+    name: str
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    topic_id: uuid.UUID = uuid.UUID(int=0)
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ConfigChange:
+    """One IncrementalAlterConfigs operation: SET 0, DELETE 1, APPEND 2, SUBTRACT 3."""
+
+    name: str
+    op: int
+    value: str | None
+
+
+class QuorumController:
+    """Owns `__cluster_metadata`; guarded by its lock."""
+
+    def __init__(self, node_id: int, metadata_log: Any, *, default_partitions: int,
+                 default_replication_factor: int, validate_topic_config: TopicConfigValidator,
+                 run_blocking: Callable[[Callable[[], Any]], Awaitable[Any]]) -> None:
+        self.node_id = node_id
+        self.log = metadata_log
+        self.default_partitions = default_partitions
+        self.default_replication_factor = default_replication_factor
+        self.validate_topic_config = validate_topic_config
+        self.run_blocking = run_blocking
+        self.image = MetadataImage()
+        self.listeners: list[ImageListener] = []
+        self.live_brokers: set[int] = {node_id}
+        self._lock = asyncio.Lock()
+        self._records = registry()
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Replay the whole metadata log into the image (blocking; called before serving)."""
+        image = MetadataImage()
+        for offset, name, record in replay(self.log):
+            image = image.apply(offset, name, record)
+        self.image = image
+        log.info("replayed __cluster_metadata up to offset %d: %d topics",
+                 image.offset, len(image.topics_by_name))
+
+    async def bootstrap(self) -> None:
+        """On a fresh log, record the metadata version, as `kafka-storage format` would."""
+        if self.image.offset >= 0:
+            return
+        feature = self._record("FeatureLevelRecord", name=METADATA_VERSION_FEATURE,
+                               feature_level=METADATA_VERSION_LEVEL)
+        async with self._lock:
+            await self._commit([feature])
+
+    # -- topics ------------------------------------------------------------------------------
+
+    async def create_topics(self, creations: list[TopicCreation],
+                            validate_only: bool) -> list[TopicCreationResult]:
+        async with self._lock:
+            results: list[TopicCreationResult] = []
+            records: list[Any] = []
+            seen: set[str] = set()
+            for creation in creations:
+                result = TopicCreationResult(creation.name)
+                results.append(result)
+                try:
+                    if creation.name in seen:
+                        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                         f"Topic {creation.name} is listed twice")
+                    seen.add(creation.name)
+                    topic_records = self._topic_records(creation, result)
+                except KafkaError as exc:
+                    result.error, result.message = exc.code, exc.message
+                    continue
+                if not validate_only:
+                    records.extend(topic_records)
+            if records:
+                await self._commit(records)
+            return results
+
+    def _topic_records(self, creation: TopicCreation, result: TopicCreationResult) -> list[Any]:
+        check_topic_name(creation.name)
+        if creation.name in self.image.topics_by_name:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS,
+                             f"Topic '{creation.name}' already exists.")
+        if creation.assignments:
+            assignments = creation.assignments
+            if creation.num_partitions != -1 or creation.replication_factor != -1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Both numPartitions or "
+                                 "replicationFactor and replicasAssignments were set.")
+            if sorted(assignments) != list(range(len(assignments))):
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 "Partitions must be numbered consecutively from 0")
+            self._check_replicas(assignments)
+        else:
+            partitions = (self.default_partitions if creation.num_partitions == -1
+                          else creation.num_partitions)
+            factor = (self.default_replication_factor if creation.replication_factor == -1
+                      else creation.replication_factor)
+            if partitions <= 0:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 "Number of partitions was set to an invalid non-positive value.")
+            if factor <= 0:
+                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                 "Replication factor must be larger than 0.")
+            if factor > len(self.live_brokers):
+                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                 f"Unable to replicate the partition {factor} time(s): The "
+                                 f"target replication factor of {factor} cannot be reached "
+                                 f"because only {len(self.live_brokers)} broker(s) are registered.")
+            assignments = self._place(partitions, factor)
+        configs = self._validated_configs(creation.configs)
+        topic_id = uuid.uuid4()
+        result.topic_id = topic_id
+        result.num_partitions = len(assignments)
+        result.replication_factor = len(assignments[0])
+        result.configs = configs
+        records: list[Any] = [self._record("TopicRecord", name=creation.name, topic_id=topic_id)]
+        records += [self._partition_record(topic_id, p, replicas)
+                    for p, replicas in sorted(assignments.items())]
+        records += [self._record("ConfigRecord", resource_type=TOPIC_RESOURCE,
+                                 resource_name=creation.name, name=k, value=v)
+                    for k, v in configs.items()]
+        return records
+
+    def _check_replicas(self, assignments: dict[int, list[int]]) -> None:
+        for partition, replicas in assignments.items():
+            if not replicas or len(set(replicas)) != len(replicas):
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"Partition {partition} has an empty or duplicate replica list")
+            unknown = [r for r in replicas if r not in self.live_brokers]
+            if unknown:
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"Partition {partition} names unknown brokers {unknown}")
+
+    def _place(self, partitions: int, factor: int, first: int = 0) -> dict[int, list[int]]:
+        """Round-robin over live brokers, shifted per partition as Kafka's placer does."""
+        brokers = sorted(self.live_brokers)
+        return {p: [brokers[(p + i) % len(brokers)] for i in range(factor)]
+                for p in range(first, first + partitions)}
+
+    def _partition_record(self, topic_id: uuid.UUID, partition: int, replicas: list[int]) -> Any:
+        return self._record("PartitionRecord", partition_id=partition, topic_id=topic_id,
+                            replicas=list(replicas), isr=list(replicas), leader=replicas[0],
+                            leader_epoch=0, partition_epoch=0)
+
+    def _validated_configs(self, configs: dict[str, str]) -> dict[str, str]:
+        from kafka_ext.server.config import ConfigError
+        out = {}
+        for name, value in configs.items():
+            try:
+                out[name] = self.validate_topic_config(name, value)
+            except ConfigError as exc:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        return out
+
+    async def delete_topics(self, names: list[str]) -> dict[str, tuple[ErrorCode, uuid.UUID]]:
+        """Remove topics by name; answers per name with the error and the topic id."""
+        async with self._lock:
+            results: dict[str, tuple[ErrorCode, uuid.UUID]] = {}
+            records = []
+            for name in names:
+                topic = self.image.topics_by_name.get(name)
+                if topic is None:
+                    results[name] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, uuid.UUID(int=0))
+                    continue
+                results[name] = (ErrorCode.NONE, topic.topic_id)
+                records.append(self._record("RemoveTopicRecord", topic_id=topic.topic_id))
+            if records:
+                await self._commit(records)
+            return results
+
+    async def create_partitions(self, topic_name: str, count: int,
+                                assignments: list[list[int]] | None, validate_only: bool) -> None:
+        """Grow a topic to `count` partitions; raises KafkaError with Kafka's code."""
+        async with self._lock:
+            topic = self.image.topics_by_name.get(topic_name)
+            if topic is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 f"The topic '{topic_name}' does not exist.")
+            current = len(topic.partitions)
+            if count < current:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 f"The topic {topic_name} currently has {current} partition(s); "
+                                 f"{count} would not be an increase.")
+            if count == current:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 f"Topic already has {current} partition(s).")
+            if assignments is not None:
+                if len(assignments) != count - current:
+                    raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                     f"Attempted to add {count - current} additional partition(s), "
+                                     f"but only {len(assignments)} assignment(s) were specified.")
+                new = {current + i: list(r) for i, r in enumerate(assignments)}
+                self._check_replicas(new)
+            else:
+                new = self._place(count - current, topic.replication_factor, first=current)
+            if validate_only:
+                return
+            await self._commit([self._partition_record(topic.topic_id, p, r)
+                                for p, r in sorted(new.items())])
+
+    # -- configs -----------------------------------------------------------------------------
+
+    async def alter_configs(self, rtype: int, rname: str, changes: list[ConfigChange],
+                            validate_only: bool, replace_all: bool = False) -> None:
+        """Apply config changes to one resource, all or nothing; raises KafkaError.
+
+        `replace_all` (AlterConfigs) makes `changes` the resource's whole set of overrides.
+        """
+        async with self._lock:
+            records = self._config_records(rtype, rname, changes, replace_all)
+            if records and not validate_only:
+                await self._commit(records)
+
+    def _config_records(self, rtype: int, rname: str, changes: list[ConfigChange],
+                        replace_all: bool) -> list[Any]:
+        from kafka_ext.server.config import ConfigError
+        records: list[Any] = []
+        if rtype == TOPIC_RESOURCE and rname not in self.image.topics_by_name:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"Topic {rname} does not exist")
+        if rtype not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
+        current = dict(self.image.configs.get((rtype, rname), {}))
+        desired = {} if replace_all else dict(current)
+        for change in changes:
+            if change.op == 0:
+                if change.value is None:
+                    raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value for {change.name}")
+                desired[change.name] = change.value
+            elif change.op == 1:
+                desired.pop(change.name, None)
+            elif change.op in (2, 3):
+                items = [x for x in desired.get(change.name, "").split(",") if x]
+                for value in (change.value or "").split(","):
+                    if change.op == 2 and value and value not in items:
+                        items.append(value)
+                    elif change.op == 3 and value in items:
+                        items.remove(value)
+                desired[change.name] = ",".join(items)
+            else:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {change.op}")
+        if rtype == TOPIC_RESOURCE:
+            for name, value in list(desired.items()):
+                try:
+                    desired[name] = self.validate_topic_config(name, value)
+                except ConfigError as exc:
+                    raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        elif desired:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"Broker configs cannot be changed at run time yet: {sorted(desired)}")
+        for name in current.keys() - desired.keys():
+            records.append(self._record("ConfigRecord", resource_type=rtype, resource_name=rname,
+                                        name=name, value=None))
+        for name, value in desired.items():
+            if current.get(name) != value:
+                records.append(self._record("ConfigRecord", resource_type=rtype,
+                                            resource_name=rname, name=name, value=value))
+        return records
+
+    # -- commit ------------------------------------------------------------------------------
+
+    def _record(self, record_type: str, /, **fields: Any) -> Any:
+        return self._records[record_type].cls(**fields)
+
+    async def _commit(self, records: list[Any]) -> None:
+        """Append atomically, flush (off the loop), then replay into a new image."""
+        batch = build_metadata_batch(records)
+        info = self.log.append_as_leader(batch, leader_epoch=0)
+        await self.run_blocking(self.log.flush)
+        self.log.high_watermark = self.log.log_end_offset
+        old = image = self.image
+        for i, record in enumerate(records):
+            image = image.apply(info.first_offset + i, type(record).__name__, record)
+        self.image = image
+        for listener in self.listeners:
+            listener(old, image)

@@ -1,0 +1,162 @@
+"""One client connection: frames requests, runs handlers concurrently, answers in order.
+
+Kafka's contract: responses on a connection go out in request order, yet a slow request (a
+long-polling fetch) must not stop the decoding of the next ones. Each frame gets a slot in a
+queue; handlers fill their slot whenever they finish and the head of the queue is flushed.
+The frame size is checked against `socket.request.max.bytes` before a body byte is buffered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kafka_ext.protocol.framing import FrameTooLarge, frame_size
+
+log = logging.getLogger(__name__)
+
+# A request handler: frame in, response buffers out (None: no response, e.g. acks=0 produce).
+FrameHandler = Callable[["KafkaConnection", bytes], Awaitable[list[Any] | None]]
+
+# Stop reading from a client that has this many requests in flight (pipelining bound).
+MAX_IN_FLIGHT_REQUESTS = 256
+
+
+class CloseConnection(Exception):
+    """Raised by a handler when the only safe answer is to drop this connection."""
+
+
+class _Slot:
+    __slots__ = ("done", "parts")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.parts: list[Any] | None = None
+
+
+class KafkaConnection(asyncio.Protocol):
+    """Guarded by the event loop: every callback and task runs on it."""
+
+    def __init__(self, handler: FrameHandler, max_request_bytes: int,
+                 on_close: Callable[[KafkaConnection], None]) -> None:
+        self._handler = handler
+        self._max_request_bytes = max_request_bytes
+        self._on_close = on_close
+        self._buffer = bytearray()
+        self._slots: deque[_Slot] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._transport: asyncio.Transport | None = None
+        self._write_paused = False
+        self._read_paused = False
+        self.closed = False
+        self.peer: str = "?"
+        self.last_active = time.monotonic()
+        # Per-connection state handlers may keep (e.g. SASL, client software name).
+        self.state: dict[str, Any] = {}
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        for task in self._tasks:
+            task.cancel()
+        self._slots.clear()
+        self._on_close(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        buffer = self._buffer
+        buffer += data
+        offset = 0
+        try:
+            while True:
+                size = frame_size(buffer, self._max_request_bytes, offset)
+                if size is None or len(buffer) - offset - 4 < size:
+                    break
+                frame = bytes(buffer[offset + 4:offset + 4 + size])  # one copy; buffer compacts
+                offset += 4 + size
+                self._start(frame)
+        except FrameTooLarge as exc:
+            log.warning("closing %s: %s", self.peer, exc.message)
+            self.close()
+            return
+        finally:
+            if offset:
+                del buffer[:offset]
+        self._update_reading()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _start(self, frame: bytes) -> None:
+        slot = _Slot()
+        self._slots.append(slot)
+        task = asyncio.get_running_loop().create_task(self._run(slot, frame))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, slot: _Slot, frame: bytes) -> None:
+        try:
+            slot.parts = await self._handler(self, frame)
+        except CloseConnection as exc:
+            log.info("closing %s: %s", self.peer, exc)
+            self.close()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the dispatcher answers errors itself; this is a bug: drop only this client
+            log.exception("unexpected failure serving %s; closing the connection", self.peer)
+            self.close()
+            return
+        slot.done = True
+        self._flush()
+
+    def _flush(self) -> None:
+        transport = self._transport
+        if transport is None or self.closed:
+            return
+        slots = self._slots
+        while slots and slots[0].done:
+            parts = slots.popleft().parts
+            if parts:
+                transport.writelines(parts)
+        self.last_active = time.monotonic()
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or self.closed:
+            return
+        should_pause = self._write_paused or len(self._slots) >= MAX_IN_FLIGHT_REQUESTS
+        if should_pause and not self._read_paused:
+            transport.pause_reading()
+            self._read_paused = True
+        elif not should_pause and self._read_paused:
+            transport.resume_reading()
+            self._read_paused = False
+
+    @property
+    def idle(self) -> bool:
+        return not self._slots
+
+    def close(self) -> None:
+        if self._transport is not None and not self.closed:
+            self.closed = True
+            self._transport.close()

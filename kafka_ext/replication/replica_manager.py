@@ -1,0 +1,150 @@
+"""ReplicaManager: the partitions this broker hosts, produce appends, fetch reads, fetch purgatory.
+
+Mirrors Kafka's ReplicaManager for a single replica per partition: the leader's high watermark
+is its log end offset once an append is in the log (every replica of the ISR has it). Batches
+are validated and appended whole; nothing here decodes a record. Everything runs on the event
+loop; fsync happens in the broker's flush task, off the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka_ext.controller.image import MetadataImage, PartitionImage, TopicImage
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.record_batch import validate_batches
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class Partition:
+    """A hosted partition; guarded by the event loop."""
+
+    topic: str
+    partition: int
+    topic_id: uuid.UUID
+    log: Any  # storage.log.UnifiedLog
+    leader_epoch: int
+    is_leader: bool
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+
+class ReplicaManager:
+    """Owned by the broker; all methods run on the event loop."""
+
+    def __init__(self, node_id: int, log_manager: Any, log_config_for: Any) -> None:
+        self.node_id = node_id
+        self.log_manager = log_manager
+        self.log_config_for = log_config_for  # (topic name) -> LogConfig
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self._data_waiters: dict[TopicPartition, set[asyncio.Event]] = {}
+
+    # -- metadata changes --------------------------------------------------------------------
+
+    def apply_image(self, old: MetadataImage | None, new: MetadataImage) -> None:
+        """Create logs for new partitions, delete logs of removed topics, refresh configs."""
+        for topic in new.topics_by_name.values():
+            for part in topic.partitions.values():
+                if self.node_id in part.replicas:
+                    self._ensure_partition(topic, part)
+            if old is not None and old.topic_configs(topic.name) != new.topic_configs(topic.name):
+                for p in topic.partitions:
+                    hosted = self.partitions.get((topic.name, p))
+                    if hosted is not None:
+                        hosted.log.update_config(self.log_config_for(topic.name, new))
+        removed = [tp for tp, p in self.partitions.items()
+                   if new.topics_by_id.get(p.topic_id) is None]
+        for tp in removed:
+            self._remove_partition(tp)
+
+    def _ensure_partition(self, topic: TopicImage, part: PartitionImage) -> None:
+        tp = (topic.name, part.partition_id)
+        hosted = self.partitions.get(tp)
+        if hosted is None:
+            plog = self.log_manager.get_log(topic.name, part.partition_id)
+            if plog is None:
+                plog = self.log_manager.create_log(topic.name, part.partition_id, topic.topic_id,
+                                                   self.log_config_for(topic.name, None))
+            plog.high_watermark = max(plog.high_watermark, plog.log_end_offset)
+            hosted = Partition(topic.name, part.partition_id, topic.topic_id, plog,
+                               part.leader_epoch, part.leader == self.node_id)
+            self.partitions[tp] = hosted
+        hosted.leader_epoch = part.leader_epoch
+        hosted.is_leader = part.leader == self.node_id
+
+    def _remove_partition(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp)
+        self.log_manager.delete_log(*tp)
+        for event in self._data_waiters.pop(tp, ()):  # wake fetchers: they see the error
+            event.set()
+
+    # -- produce -----------------------------------------------------------------------------
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"This server does not host this topic-partition: {topic}-{partition}")
+        if not hosted.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition}")
+        return hosted
+
+    def append_records(self, topic: str, partition: int, records: Any) -> Any:
+        """Validate the batches (headers and CRC only) and append them; returns LogAppendInfo."""
+        hosted = self.leader_partition(topic, partition)
+        if records is None or len(records) == 0:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "empty records")
+        plog = hosted.log
+        max_message_bytes = plog.config.max_message_bytes
+        for _, header in validate_batches(records):
+            if header.size_bytes > max_message_bytes:
+                raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                                 f"batch of {header.size_bytes} bytes exceeds max.message.bytes "
+                                 f"{max_message_bytes}")
+            if header.is_control:
+                raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
+        log_append_time_ms = (int(time.time() * 1000)
+                              if plog.config.message_timestamp_type == "LogAppendTime" else None)
+        info = plog.append_as_leader(records, hosted.leader_epoch,
+                                     log_append_time_ms=log_append_time_ms)
+        plog.high_watermark = plog.log_end_offset  # sole replica of the ISR
+        self._notify_data((topic, partition))
+        return info
+
+    # -- fetch -------------------------------------------------------------------------------
+
+    def _notify_data(self, tp: TopicPartition) -> None:
+        waiters = self._data_waiters.pop(tp, None)
+        if waiters:
+            for event in waiters:
+                event.set()
+
+    async def wait_for_data(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
+        """Fetch purgatory: return when any of `tps` gets new data or the time is up."""
+        event = asyncio.Event()
+        registered = list(tps)
+        for tp in registered:
+            self._data_waiters.setdefault(tp, set()).add(event)
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            for tp in registered:
+                waiters = self._data_waiters.get(tp)
+                if waiters is not None:
+                    waiters.discard(event)
+                    if not waiters:
+                        del self._data_waiters[tp]

@@ -1,0 +1,238 @@
+"""Admin APIs: topics, partitions, records, configs, cluster and log dirs.
+
+CreateTopics (19, v2-v7, validate-only too), DeleteTopics (20, v1-v6, by name or id from v6),
+CreatePartitions (37, v0-v3, a result per topic), DeleteRecords (21, v0-v2), DescribeConfigs
+(32, v1-v4), AlterConfigs (33, v0-v2: replaces the resource's whole set), IncrementalAlterConfigs
+(44, v0-v1), DescribeCluster (60, v0-v1), DescribeLogDirs (35, v1-v4). Each topic or resource
+answers with its own error; the controller validates and commits metadata changes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from typing import Any
+
+from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from kafka_ext.controller.quorum_controller import ConfigChange, TopicCreation
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.messages import registry
+from kafka_ext.server.config import describe_broker_configs, describe_topic_configs
+
+_reg = registry()
+ZERO_UUID = uuid.UUID(int=0)
+
+
+# -- topics ------------------------------------------------------------------------------------
+
+async def handle_create_topics(ctx: Any, request: Any) -> Any:
+    Response = _reg["CreateTopicsResponse"].cls
+    creations = []
+    for t in request.topics:
+        assignments = ({a.partition_index: list(a.broker_ids) for a in t.assignments}
+                       if t.assignments else None)
+        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        creations.append(TopicCreation(t.name, t.num_partitions, t.replication_factor,
+                                       assignments, configs))
+    results = await ctx.broker.controller.create_topics(creations, request.validate_only)
+    topics = []
+    for r in results:
+        entry = Response.CreatableTopicResult(
+            name=r.name, topic_id=r.topic_id, error_code=int(r.error), error_message=r.message,
+            num_partitions=r.num_partitions, replication_factor=r.replication_factor,
+            configs=None)
+        if r.error == ErrorCode.NONE:
+            described = describe_topic_configs(ctx.broker.config, r.configs)
+            entry.configs = [Response.CreatableTopicConfigs(
+                name=c.name, value=c.value, read_only=c.read_only, config_source=int(c.source),
+                is_sensitive=c.is_sensitive) for c in described]
+        topics.append(entry)
+    return Response(topics=topics)
+
+
+async def handle_delete_topics(ctx: Any, request: Any) -> Any:
+    Response = _reg["DeleteTopicsResponse"].cls
+    image = ctx.broker.controller.image
+    if not ctx.broker.config.delete_topic_enable:
+        names = request.topic_names or [t.name for t in request.topics]
+        return Response(responses=[Response.DeletableTopicResult(
+            name=n, error_code=int(ErrorCode.TOPIC_DELETION_DISABLED)) for n in names])
+    requested: list[tuple[str | None, uuid.UUID]] = []
+    if ctx.api_version >= 6:
+        requested = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        requested = [(n, ZERO_UUID) for n in request.topic_names]
+    results = []
+    names = []
+    for name, topic_id in requested:
+        if name is None:
+            topic = image.topics_by_id.get(topic_id)
+            if topic is None:
+                results.append(Response.DeletableTopicResult(
+                    name=None, topic_id=topic_id, error_code=int(ErrorCode.UNKNOWN_TOPIC_ID)))
+                continue
+            name = topic.name
+        names.append(name)
+    outcome = await ctx.broker.controller.delete_topics(names)
+    for name in names:
+        code, topic_id = outcome[name]
+        results.append(Response.DeletableTopicResult(name=name, topic_id=topic_id,
+                                                     error_code=int(code)))
+    return Response(responses=results)
+
+
+async def handle_create_partitions(ctx: Any, request: Any) -> Any:
+    Response = _reg["CreatePartitionsResponse"].cls
+    results = []
+    for t in request.topics:
+        result = Response.CreatePartitionsTopicResult(name=t.name, error_code=0)
+        try:
+            assignments = ([list(a.broker_ids) for a in t.assignments]
+                           if t.assignments is not None else None)
+            await ctx.broker.controller.create_partitions(t.name, t.count, assignments,
+                                                          request.validate_only)
+        except KafkaError as exc:
+            result.error_code, result.error_message = int(exc.code), exc.message or None
+        results.append(result)
+    return Response(results=results)
+
+
+async def handle_delete_records(ctx: Any, request: Any) -> Any:
+    """Move each partition's log start offset; -1 means the high watermark."""
+    Response = _reg["DeleteRecordsResponse"].cls
+    replicas = ctx.broker.replica_manager
+    topics = []
+    for t in request.topics:
+        partitions = []
+        for p in t.partitions:
+            result = Response.DeleteRecordsPartitionResult(partition_index=p.partition_index,
+                                                           low_watermark=-1, error_code=0)
+            try:
+                hosted = replicas.leader_partition(t.name, p.partition_index)
+                plog = hosted.log
+                offset = plog.high_watermark if p.offset == -1 else p.offset
+                if offset < 0 or offset > plog.high_watermark:
+                    raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                     f"offset {p.offset} is beyond the high watermark")
+                plog.delete_records_before(offset)
+                result.low_watermark = plog.log_start_offset
+            except KafkaError as exc:
+                result.error_code = int(exc.code)
+            partitions.append(result)
+        topics.append(Response.DeleteRecordsTopicResult(name=t.name, partitions=partitions))
+    return Response(topics=topics)
+
+
+# -- configs -----------------------------------------------------------------------------------
+
+async def handle_describe_configs(ctx: Any, request: Any) -> Any:
+    Response = _reg["DescribeConfigsResponse"].cls
+    broker = ctx.broker
+    image = broker.controller.image
+    results = []
+    for res in request.resources:
+        result = Response.DescribeConfigsResult(error_code=0, resource_type=res.resource_type,
+                                                resource_name=res.resource_name, configs=[])
+        results.append(result)
+        names = res.configuration_keys
+        if res.resource_type == TOPIC_RESOURCE:
+            if res.resource_name not in image.topics_by_name:
+                result.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                result.error_message = f"Topic {res.resource_name} does not exist"
+                continue
+            entries = describe_topic_configs(broker.config, image.topic_configs(res.resource_name),
+                                             names)
+        elif res.resource_type == BROKER_RESOURCE:
+            if res.resource_name not in ("", str(broker.node_id)):
+                result.error_code = int(ErrorCode.INVALID_REQUEST)
+                result.error_message = f"Unexpected broker id {res.resource_name}"
+                continue
+            entries = describe_broker_configs(broker.config, names)
+        else:
+            result.error_code = int(ErrorCode.INVALID_REQUEST)
+            result.error_message = f"Unsupported resource type {res.resource_type}"
+            continue
+        for e in entries:
+            result.configs.append(Response.DescribeConfigsResourceResult(
+                name=e.name, value=e.value, read_only=e.read_only, config_source=int(e.source),
+                is_sensitive=e.is_sensitive,
+                synonyms=[Response.DescribeConfigsSynonym(name=s.name, value=s.value,
+                                                          source=int(s.source))
+                          for s in e.synonyms] if request.include_synonyms else [],
+                config_type=int(e.config_type),
+                documentation=e.documentation if request.include_documentation else None))
+    return Response(results=results)
+
+
+async def _alter(ctx: Any, request: Any, incremental: bool) -> Any:
+    Response = _reg["IncrementalAlterConfigsResponse" if incremental else "AlterConfigsResponse"].cls
+    responses = []
+    for res in request.resources:
+        result = Response.AlterConfigsResourceResponse(
+            error_code=0, resource_type=res.resource_type, resource_name=res.resource_name)
+        changes = [ConfigChange(c.name, c.config_operation if incremental else 0, c.value)
+                   for c in res.configs]
+        try:
+            if res.resource_type == BROKER_RESOURCE and res.resource_name not in (
+                    "", str(ctx.broker.node_id)):
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"Unexpected broker id {res.resource_name}")
+            if not incremental and any(c.value is None for c in changes):
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "AlterConfigs values may not be null")
+            await ctx.broker.controller.alter_configs(
+                res.resource_type, res.resource_name, changes, request.validate_only,
+                replace_all=not incremental)
+        except KafkaError as exc:
+            result.error_code, result.error_message = int(exc.code), exc.message or None
+        responses.append(result)
+    return Response(responses=responses)
+
+
+async def handle_alter_configs(ctx: Any, request: Any) -> Any:
+    return await _alter(ctx, request, incremental=False)
+
+
+async def handle_incremental_alter_configs(ctx: Any, request: Any) -> Any:
+    return await _alter(ctx, request, incremental=True)
+
+
+# -- cluster and log dirs ----------------------------------------------------------------------
+
+async def handle_describe_cluster(ctx: Any, request: Any) -> Any:
+    Response = _reg["DescribeClusterResponse"].cls
+    broker = ctx.broker
+    if ctx.api_version >= 1 and request.endpoint_type != 1:  # 1: brokers; 2: controllers
+        return Response(error_code=int(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE),
+                        error_message="Only broker endpoints are served here",
+                        endpoint_type=request.endpoint_type, cluster_id=broker.cluster_id)
+    return Response(error_code=0, endpoint_type=1, cluster_id=broker.cluster_id,
+                    controller_id=broker.node_id,
+                    brokers=[Response.DescribeClusterBroker(broker_id=n.node_id, host=n.host,
+                                                            port=n.port, rack=n.rack)
+                             for n in broker.live_nodes()])
+
+
+async def handle_describe_log_dirs(ctx: Any, request: Any) -> Any:
+    Response = _reg["DescribeLogDirsResponse"].cls
+    broker = ctx.broker
+    wanted = None if request.topics is None else {
+        (t.topic, p) for t in request.topics for p in t.partitions}
+    by_dir: dict[str, dict[str, list[Any]]] = {str(d): {} for d in broker.config.log_dirs}
+    for (topic, partition), hosted in broker.replica_manager.partitions.items():
+        if wanted is not None and (topic, partition) not in wanted:
+            continue
+        plog = hosted.log
+        by_dir.setdefault(str(plog.dir.parent), {}).setdefault(topic, []).append(
+            Response.DescribeLogDirsPartition(partition_index=partition,
+                                              partition_size=plog.size_bytes,
+                                              offset_lag=max(plog.log_end_offset
+                                                             - plog.high_watermark, 0),
+                                              is_future_key=False))
+    results = []
+    for log_dir, topics in by_dir.items():
+        usage = shutil.disk_usage(log_dir)
+        results.append(Response.DescribeLogDirsResult(
+            error_code=0, log_dir=log_dir, total_bytes=usage.total, usable_bytes=usage.free,
+            topics=[Response.DescribeLogDirsTopic(name=t, partitions=ps)
+                    for t, ps in topics.items()]))
+    return Response(error_code=0, results=results)

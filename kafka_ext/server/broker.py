@@ -1,0 +1,221 @@
+"""The broker process: start-up, the request handlers it serves, background tasks, shutdown.
+
+Mirrors Kafka's BrokerServer/ControllerServer pair for `process.roles=broker,controller`:
+recover logs, replay `__cluster_metadata` into the image, bring hosted partitions in line with
+it, then listen. SIGTERM closes listeners, flushes and checkpoints every log, and writes the
+clean-shutdown marker, so the next start skips recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kafka_ext.controller.image import MetadataImage
+from kafka_ext.controller.metadata_log import METADATA_TOPIC, METADATA_TOPIC_ID
+from kafka_ext.controller.quorum_controller import QuorumController
+from kafka_ext.network.server import SocketServer
+from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.messages import registry
+from kafka_ext.replication.replica_manager import ReplicaManager
+from kafka_ext.server import admin, api_versions, fetch, list_offsets, metadata, produce
+from kafka_ext.server.config import (
+    BrokerConfig,
+    format_config_value,
+    validate_topic_config,
+)
+from kafka_ext.server.dispatcher import RequestDispatcher
+from kafka_ext.server.fetch_session import FetchSessionCache
+from kafka_ext.storage.log_config import LogConfig
+from kafka_ext.storage.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(slots=True, frozen=True)
+class Node:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+class Broker:
+    """One kafka-ext process; everything it owns runs on its event loop."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id = config.cluster_id
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-ext-io")
+        self.log_manager = LogManager(config.log_dirs, node_id=config.node_id,
+                                      cluster_id=config.cluster_id)
+        self.replica_manager = ReplicaManager(config.node_id, self.log_manager, self.log_config_for)
+        self.fetch_sessions = FetchSessionCache()
+        self.dispatcher = RequestDispatcher(self)
+        self.socket_server = SocketServer(self.dispatcher.handle_frame,
+                                          config.socket_request_max_bytes,
+                                          config.connections_max_idle_ms)
+        self.controller: QuorumController = None  # type: ignore[assignment]  # set in start()
+        self.bound_ports: list[int] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        self._register_handlers()
+
+    def _register_handlers(self) -> None:
+        handlers = {
+            ApiKey.API_VERSIONS: api_versions.handle_api_versions,
+            ApiKey.METADATA: metadata.handle_metadata,
+            ApiKey.PRODUCE: produce.handle_produce,
+            ApiKey.FETCH: fetch.handle_fetch,
+            ApiKey.LIST_OFFSETS: list_offsets.handle_list_offsets,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: list_offsets.handle_offset_for_leader_epoch,
+            ApiKey.CREATE_TOPICS: admin.handle_create_topics,
+            ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
+            ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
+            ApiKey.DELETE_RECORDS: admin.handle_delete_records,
+            ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
+            ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
+            ApiKey.DESCRIBE_CLUSTER: admin.handle_describe_cluster,
+            ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
+        }
+        for key, handler in handlers.items():
+            self.dispatcher.register(key, handler)
+
+    # -- helpers for handlers ----------------------------------------------------------------
+
+    async def run_blocking(self, fn: Callable[[], T]) -> T:
+        """Run a blocking call (fsync, directory removal) off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def live_nodes(self) -> list[Node]:
+        listener = self.config.advertised_listeners[0]
+        port = self.bound_ports[0] if self.bound_ports and listener.port == 0 else listener.port
+        return [Node(self.node_id, listener.host or "localhost", port, self.config.broker_rack)]
+
+    def log_config_for(self, topic: str, image: MetadataImage | None = None) -> LogConfig:
+        """The effective LogConfig of a topic: broker defaults overlaid with topic overrides."""
+        image = image or (self.controller.image if self.controller else MetadataImage())
+        defaults = {name: format_config_value(value)
+                    for name, value in self.config.topic_defaults().items()}
+        defaults.update(image.topic_configs(topic))
+        return LogConfig.from_topic_configs({k: v for k, v in defaults.items() if v is not None})
+
+    @staticmethod
+    def normalise_topic_config(name: str, value: str) -> str:
+        return format_config_value(validate_topic_config(name, value)) or ""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        registry()  # compile every schema before the first request
+        await self.run_blocking(self.log_manager.load)
+        metadata_log = self.log_manager.get_log(METADATA_TOPIC, 0)
+        if metadata_log is None:
+            metadata_log = self.log_manager.create_log(METADATA_TOPIC, 0, METADATA_TOPIC_ID,
+                                                       LogConfig())
+        self.controller = QuorumController(
+            self.node_id, metadata_log, default_partitions=self.config.num_partitions,
+            default_replication_factor=self.config.default_replication_factor,
+            validate_topic_config=self.normalise_topic_config, run_blocking=self.run_blocking)
+        await self.run_blocking(self.controller.load)
+        await self.controller.bootstrap()
+        self.replica_manager.apply_image(None, self.controller.image)
+        self._delete_stray_logs()
+        self.controller.listeners.append(self.replica_manager.apply_image)
+        for listener in self.config.listeners:
+            self.bound_ports.append(await self.socket_server.listen(listener.host, listener.port))
+        loop = asyncio.get_running_loop()
+        self._tasks += [loop.create_task(self._flush_loop()),
+                        loop.create_task(self._retention_loop()),
+                        loop.create_task(self._checkpoint_loop())]
+        log.info("kafka-ext broker %d started (cluster %s) on ports %s",
+                 self.node_id, self.cluster_id, self.bound_ports)
+
+    def _delete_stray_logs(self) -> None:
+        """Logs of topics the metadata no longer has (deleted while we were down)."""
+        image = self.controller.image
+        for plog in list(self.log_manager.all_logs()):
+            topic, partition = plog.topic, plog.partition
+            if topic == METADATA_TOPIC:
+                continue
+            known = image.topics_by_name.get(topic)
+            if known is None or partition not in known.partitions:
+                log.info("deleting stray log %s-%d", topic, partition)
+                self.log_manager.delete_log(topic, partition)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await self.socket_server.close()
+        await self.run_blocking(self.log_manager.close)
+        self._executor.shutdown(wait=True)
+        self._stopped.set()
+        log.info("kafka-ext broker %d stopped", self.node_id)
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    # -- background work ---------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        """fsync logs whose flush.messages / flush.ms policy asks for it, off the loop."""
+        interval_s = max(self.config.log_flush_scheduler_interval_ms, 10) / 1000
+        while True:
+            await asyncio.sleep(min(interval_s, 1.0))
+            now_ms = int(time.time() * 1000)
+            due = [p.log for p in self.replica_manager.partitions.values()
+                   if p.log.needs_flush(now_ms)]
+            for plog in due:
+                await self.run_blocking(plog.flush)
+
+    async def _retention_loop(self) -> None:
+        interval_s = self.config.log_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            now_ms = int(time.time() * 1000)
+            for hosted in list(self.replica_manager.partitions.values()):
+                deleted = hosted.log.delete_retention_segments(now_ms)
+                if deleted:
+                    log.info("retention deleted %d segment(s) of %s-%d", deleted,
+                             hosted.topic, hosted.partition)
+
+    async def _checkpoint_loop(self) -> None:
+        interval_s = self.config.log_flush_offset_checkpoint_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.run_blocking(self.log_manager.checkpoint_recovery_points)
+            await self.run_blocking(self.log_manager.checkpoint_log_start_offsets)
+
+
+def run(config: BrokerConfig) -> None:
+    """Run a broker until SIGTERM or SIGINT (the `kafka-ext server` command)."""
+    logging.basicConfig(level=logging.DEBUG if os.environ.get("KAFKAEXT_DEBUG") else logging.INFO,
+                        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    try:
+        import uvloop
+        runner: Any = uvloop.run
+    except ImportError:  # uvloop is a pinned dependency; plain asyncio still works
+        runner = asyncio.run
+    runner(_serve(config))
+
+
+async def _serve(config: BrokerConfig) -> None:
+    broker = Broker(config)
+    await broker.start()
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
+    log.info("shutting down")
+    await broker.stop()

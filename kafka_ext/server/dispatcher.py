@@ -1,0 +1,111 @@
+"""RequestDispatcher: frame -> header -> handler -> response buffers.
+
+Mirrors Kafka's RequestChannel/KafkaApis split: handlers are `handle_<api>(ctx, request)`
+coroutines registered per API key and return the response message (or None for no response).
+What the dispatcher decides itself, as Kafka does: an unknown key or a version we do not serve
+closes the connection, except ApiVersions, which answers UNSUPPORTED_VERSION in v0 so the
+client can pick a version (KIP-511); a body that does not decode closes the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka_ext.network.connection import CloseConnection, KafkaConnection
+from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError
+from kafka_ext.protocol.framing import (
+    decode_request_header,
+    encode_response,
+    peek_request_prefix,
+    response_header_version,
+)
+from kafka_ext.protocol.messages import registry
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS = 18
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    header: Any
+    api_version: int
+    broker: Any  # server.broker.Broker
+    connection: KafkaConnection
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+class RequestDispatcher:
+    """Routes frames to handlers; the only place that turns a request into buffers."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.handlers: dict[int, Handler] = {}
+        self._registry = registry()
+
+    def register(self, api_key: int, handler: Handler) -> None:
+        self.handlers[api_key] = handler
+
+    async def handle_frame(self, conn: KafkaConnection, frame: bytes) -> list[Any] | None:
+        try:
+            api_key, api_version, correlation_id = peek_request_prefix(frame)
+        except DecodeError as exc:
+            raise CloseConnection(str(exc)) from None
+        request_type = self._registry.requests.get(api_key)
+        handler = self.handlers.get(api_key)
+        if handler is None or request_type is None:
+            raise CloseConnection(f"unsupported API key {api_key}")
+        if api_version not in request_type.versions:
+            if api_key == API_VERSIONS:
+                return self._api_versions_fallback(correlation_id)
+            raise CloseConnection(f"unsupported version {api_version} of API {api_key}")
+        try:
+            header, pos = decode_request_header(frame)
+            # Trailing bytes are ignored, as Kafka's parser does: librdkafka's all-topics
+            # Metadata v12 request carries three of them.
+            request, _ = request_type.decode(frame, api_version, pos)
+        except DecodeError as exc:
+            log.debug("malformed frame from %s: %s", conn.peer, frame[:256].hex())
+            raise CloseConnection(f"malformed {request_type.name} v{api_version}: "
+                                  f"{exc.message}") from None
+        ctx = RequestContext(header, api_version, self.broker, conn)
+        try:
+            response = await handler(ctx, request)
+        except KafkaError as exc:
+            response = self._error_response(api_key, exc.code)
+            if response is None:
+                raise CloseConnection(f"{request_type.name} failed: {exc}") from None
+        except Exception:
+            log.exception("%s v%d from %s (client %s) failed", request_type.name, api_version,
+                          conn.peer, header.client_id)
+            response = self._error_response(api_key, ErrorCode.UNKNOWN_SERVER_ERROR)
+            if response is None:
+                raise CloseConnection("unexpected server error") from None
+        if response is None:
+            return None
+        response_type = self._registry.responses[api_key]
+        return encode_response(correlation_id, response_header_version(api_key, api_version),
+                               response_type, api_version, response)
+
+    def _error_response(self, api_key: int, code: ErrorCode) -> Any:
+        """A response carrying `code` at top level, when the API has a top-level error code."""
+        cls = self._registry.responses[api_key].cls
+        if "error_code" not in cls._fields:
+            return None
+        return cls(error_code=int(code))
+
+    def _api_versions_fallback(self, correlation_id: int) -> list[Any]:
+        from kafka_ext.server.api_versions import api_versions_response
+        body = api_versions_response(self.handlers, ErrorCode.UNSUPPORTED_VERSION)
+        return encode_response(correlation_id, 0, self._registry.responses[API_VERSIONS], 0, body)

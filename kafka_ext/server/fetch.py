@@ -1,0 +1,198 @@
+"""Fetch (1): consumers read batches as memoryviews of segment maps; v4-v17.
+
+Behaviour as Kafka's: long poll until `min_bytes` are available or `max_wait_ms` passes;
+`max_bytes` caps the response and `partition_max_bytes` each partition, except that the first
+non-empty partition may return one whole batch beyond them so a large batch never blocks a
+consumer; reading from an offset inside a batch returns the whole batch. Topic IDs replace names
+from v13. Sessions (v7+) are in fetch_session.py. Nothing here copies or decodes record bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.messages import registry
+from kafka_ext.server.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    SESSIONLESS_ID,
+    CachedPartition,
+    FetchSession,
+)
+
+_Response = registry()["FetchResponse"].cls
+_TopicResponse = _Response.FetchableTopicResponse
+_PartitionData = _Response.PartitionData
+ZERO_UUID = uuid.UUID(int=0)
+TOPIC_IDS_VERSION = 13
+READ_COMMITTED = 1
+
+
+@dataclass(slots=True)
+class _Target:
+    topic: str
+    topic_id: uuid.UUID
+    partition: int
+    cached: CachedPartition
+    current_leader_epoch: int = -1
+    unknown_topic_id: bool = False
+
+
+async def handle_fetch(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    uses_ids = ctx.api_version >= TOPIC_IDS_VERSION
+    try:
+        session, targets, incremental = _resolve(ctx, request, uses_ids)
+    except KafkaError as exc:
+        return _Response(error_code=int(exc.code), session_id=request.session_id, responses=[])
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+    while True:
+        results, total_bytes, has_error = _read_all(broker, request, targets)
+        remaining = deadline - loop.time()
+        if total_bytes >= request.min_bytes or has_error or remaining <= 0:
+            break
+        await broker.replica_manager.wait_for_data(
+            [(t.topic, t.partition) for t in targets if not t.unknown_topic_id], remaining)
+    responses: dict[tuple[str, uuid.UUID], Any] = {}
+    for target, data in zip(targets, results, strict=True):
+        changed = target.cached.note_answer(data.high_watermark, data.last_stable_offset,
+                                            data.log_start_offset)
+        if incremental and not (changed or data.error_code or _has_records(data.records)):
+            continue
+        key = (target.topic, target.topic_id)
+        topic = responses.get(key)
+        if topic is None:
+            topic = responses[key] = _TopicResponse(topic=target.topic, topic_id=target.topic_id,
+                                                    partitions=[])
+        topic.partitions.append(data)
+    return _Response(error_code=0, session_id=session.session_id if session else 0,
+                     responses=list(responses.values()))
+
+
+def _has_records(records: Any) -> bool:
+    return bool(records) and any(len(r) for r in records)
+
+
+def _resolve(ctx: Any, request: Any, uses_ids: bool
+             ) -> tuple[FetchSession | None, list[_Target], bool]:
+    """Apply the request to the session cache; the partitions to answer and whether incremental."""
+    cache = ctx.broker.fetch_sessions
+    image = ctx.broker.controller.image
+    session_id, epoch = request.session_id, request.session_epoch
+    session: FetchSession | None = None
+    incremental = False
+    if ctx.api_version < 7 or (session_id == SESSIONLESS_ID and epoch == FINAL_EPOCH):
+        pass  # sessionless full fetch
+    elif epoch == INITIAL_EPOCH:
+        if session_id != SESSIONLESS_ID:
+            cache.remove(session_id)
+        session = cache.create()
+    elif epoch == FINAL_EPOCH:
+        cache.remove(session_id)
+    else:
+        session = cache.lookup(session_id, epoch)
+        session.epoch = epoch + 1 if epoch < 0x7FFFFFFF else 1
+        incremental = True
+
+    partitions = session.partitions if session is not None else {}
+    ids: dict[tuple[str, int], tuple[uuid.UUID, int]] = {}
+    unknown: list[_Target] = []
+    for topic in request.topics:
+        if uses_ids:
+            found = image.topics_by_id.get(topic.topic_id)
+            if found is None:
+                for p in topic.partitions:
+                    unknown.append(_Target("", topic.topic_id, p.partition,
+                                           CachedPartition(p.fetch_offset, p.partition_max_bytes),
+                                           unknown_topic_id=True))
+                continue
+            name, topic_id = found.name, found.topic_id
+        else:
+            found = image.topics_by_name.get(topic.topic)
+            name, topic_id = topic.topic, found.topic_id if found else ZERO_UUID
+        for p in topic.partitions:
+            key = (name, p.partition)
+            cached = partitions.get(key) if incremental else None
+            if cached is None:
+                cached = CachedPartition(p.fetch_offset, p.partition_max_bytes)
+                partitions[key] = cached
+            else:
+                cached.fetch_offset = p.fetch_offset
+                cached.max_bytes = p.partition_max_bytes
+            ids[key] = (topic_id, p.current_leader_epoch)
+    if incremental:
+        for forgotten in request.forgotten_topics_data:
+            if uses_ids:
+                found = image.topics_by_id.get(forgotten.topic_id)
+                name = found.name if found else None
+            else:
+                name = forgotten.topic
+            for partition in forgotten.partitions:
+                partitions.pop((name, partition), None)  # type: ignore[arg-type]
+    targets = []
+    for (name, partition), cached in partitions.items():
+        topic_id, leader_epoch = ids.get((name, partition), (None, -1))
+        if topic_id is None:
+            found = image.topics_by_name.get(name)
+            topic_id = found.topic_id if found else ZERO_UUID
+        targets.append(_Target(name, topic_id, partition, cached, leader_epoch))
+    return session, targets + unknown, incremental
+
+
+def _read_all(broker: Any, request: Any, targets: list[_Target]) -> tuple[list[Any], int, bool]:
+    replicas = broker.replica_manager
+    budget = request.max_bytes
+    total = 0
+    has_error = False
+    results = []
+    for target in targets:
+        if target.unknown_topic_id:
+            results.append(_PartitionData(partition_index=target.partition,
+                                          error_code=int(ErrorCode.UNKNOWN_TOPIC_ID),
+                                          high_watermark=-1, records=None))
+            has_error = True
+            continue
+        hosted = replicas.partitions.get((target.topic, target.partition))
+        if hosted is None:
+            results.append(_PartitionData(partition_index=target.partition,
+                                          error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                          high_watermark=-1, records=None))
+            has_error = True
+            continue
+        plog = hosted.log
+        high_watermark = plog.high_watermark
+        data = _PartitionData(partition_index=target.partition, error_code=0,
+                              high_watermark=high_watermark, last_stable_offset=high_watermark,
+                              log_start_offset=plog.log_start_offset, records=[],
+                              aborted_transactions=None if request.isolation_level != READ_COMMITTED else [])
+        results.append(data)
+        error = _check_leader_epoch(target.current_leader_epoch, hosted.leader_epoch)
+        if error is not None:
+            data.error_code = int(error)
+            has_error = True
+            continue
+        max_bytes = min(target.cached.max_bytes, max(budget - total, 0))
+        if max_bytes <= 0 and total > 0:
+            continue
+        try:
+            info = plog.read(target.cached.fetch_offset, max_bytes, max_offset=high_watermark,
+                             min_one_message=total == 0)
+        except KafkaError as exc:
+            data.error_code = int(exc.code)
+            has_error = True
+            continue
+        data.records = info.records
+        total += sum(r.nbytes for r in info.records)
+    return results, total, has_error
+
+
+def _check_leader_epoch(requested: int, current: int) -> ErrorCode | None:
+    """KIP-320: a fetcher ahead of us is told to wait, one behind is fenced."""
+    if requested == -1 or requested == current:
+        return None
+    return ErrorCode.UNKNOWN_LEADER_EPOCH if requested > current else ErrorCode.FENCED_LEADER_EPOCH

@@ -1,0 +1,91 @@
+"""ListOffsets (2, v1-v10) and OffsetForLeaderEpoch (23, v2-v4): offsets by time and by epoch.
+
+ListOffsets special timestamps, as Kafka: -1 latest (the high watermark, or the last stable
+offset for read_committed), -2 earliest, -3 the offset of the largest timestamp (KIP-734),
+-4 earliest local (= earliest: no tiered storage), -5 earliest pending upload (none: -1).
+A timestamp finds the first offset whose timestamp is at or after it through the time index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.messages import registry
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -5
+
+_Offsets = registry()["ListOffsetsResponse"].cls
+_Epochs = registry()["OffsetForLeaderEpochResponse"].cls
+
+
+def _leader_epoch_error(requested: int, current: int) -> ErrorCode | None:
+    if requested == -1 or requested == current:
+        return None
+    return ErrorCode.UNKNOWN_LEADER_EPOCH if requested > current else ErrorCode.FENCED_LEADER_EPOCH
+
+
+async def handle_list_offsets(ctx: Any, request: Any) -> Any:
+    replicas = ctx.broker.replica_manager
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            result = _Offsets.ListOffsetsPartitionResponse(partition_index=p.partition_index,
+                                                           error_code=0)
+            partitions.append(result)
+            try:
+                hosted = replicas.leader_partition(topic.name, p.partition_index)
+                error = _leader_epoch_error(p.current_leader_epoch, hosted.leader_epoch)
+                if error is not None:
+                    raise KafkaError(error)
+                result.offset, result.timestamp, result.leader_epoch = _lookup(hosted, p.timestamp)
+            except KafkaError as exc:
+                result.error_code = int(exc.code)
+        topics.append(_Offsets.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+    return _Offsets(topics=topics)
+
+
+def _lookup(hosted: Any, timestamp: int) -> tuple[int, int, int]:
+    """(offset, timestamp, leader epoch) for one ListOffsets query."""
+    plog = hosted.log
+    if timestamp == LATEST_TIMESTAMP:
+        return plog.high_watermark, -1, hosted.leader_epoch
+    if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        start = plog.log_start_offset
+        epoch = plog.epoch_for_offset(start) if hasattr(plog, "epoch_for_offset") else -1
+        return start, -1, epoch if epoch is not None else -1
+    if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
+        return -1, -1, -1
+    found = plog.fetch_offset_by_timestamp(timestamp)
+    if found is None:
+        return -1, -1, -1
+    offset, found_timestamp, leader_epoch = found
+    if offset >= plog.high_watermark:  # not yet visible to consumers
+        return -1, -1, -1
+    return offset, found_timestamp, leader_epoch
+
+
+async def handle_offset_for_leader_epoch(ctx: Any, request: Any) -> Any:
+    replicas = ctx.broker.replica_manager
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            result = _Epochs.EpochEndOffset(partition=p.partition, error_code=0)
+            partitions.append(result)
+            try:
+                hosted = replicas.leader_partition(topic.topic, p.partition)
+                error = _leader_epoch_error(p.current_leader_epoch, hosted.leader_epoch)
+                if error is not None:
+                    raise KafkaError(error)
+                result.leader_epoch, result.end_offset = hosted.log.end_offset_for_epoch(
+                    p.leader_epoch)
+            except KafkaError as exc:
+                result.error_code = int(exc.code)
+        topics.append(_Epochs.OffsetForLeaderTopicResult(topic=topic.topic, partitions=partitions))
+    return _Epochs(topics=topics)

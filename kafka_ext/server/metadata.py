@@ -1,0 +1,91 @@
+"""Metadata (3): brokers, controller and topic/partition state from the MetadataImage; v0-v12.
+
+A null topic list (v1+) or an empty one (v0) asks for every topic. Unknown topics are
+auto-created when `auto.create.topics.enable` and the request's AllowAutoTopicCreation (v4+)
+agree; the answer already carries the new partitions, since the single node commits at once.
+Internal topics (`__cluster_metadata`) are never listed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kafka_ext.controller.image import TopicImage
+from kafka_ext.controller.quorum_controller import TopicCreation, check_topic_name
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.messages import registry
+
+_Response = registry()["MetadataResponse"].cls
+_Broker = _Response.MetadataResponseBroker
+_Topic = _Response.MetadataResponseTopic
+_Partition = _Response.MetadataResponsePartition
+ZERO_UUID = uuid.UUID(int=0)
+
+
+async def handle_metadata(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    image = broker.controller.image
+    wanted = request.topics
+    all_topics = wanted is None or (ctx.api_version == 0 and not wanted)
+    topics: list[Any] = []
+    if all_topics:
+        topics = [_topic(t) for t in image.topics_by_name.values()]
+    else:
+        missing: list[str] = []
+        for entry in wanted:
+            name = entry.name
+            if name is None and entry.topic_id != ZERO_UUID:
+                found = image.topics_by_id.get(entry.topic_id)
+                if found is None:
+                    topics.append(_Topic(error_code=int(ErrorCode.UNKNOWN_TOPIC_ID), name=None,
+                                         topic_id=entry.topic_id))
+                    continue
+                name = found.name
+            if name in image.topics_by_name:
+                topics.append(_topic(image.topics_by_name[name]))
+            else:
+                missing.append(name)
+        if missing:
+            topics += await _auto_create(ctx, request, missing)
+    return _Response(
+        brokers=[_Broker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
+                 for n in broker.live_nodes()],
+        cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=topics)
+
+
+def _topic(topic: TopicImage) -> Any:
+    return _Topic(
+        error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.name.startswith("__"),
+        partitions=[_Partition(error_code=0, partition_index=p.partition_id, leader_id=p.leader,
+                               leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
+                               isr_nodes=list(p.isr), offline_replicas=[])
+                    for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)])
+
+
+async def _auto_create(ctx: Any, request: Any, names: list[str]) -> list[Any]:
+    broker = ctx.broker
+    allowed = broker.config.auto_create_topics_enable and (
+        ctx.api_version < 4 or request.allow_auto_topic_creation)
+    answers = []
+    creatable = []
+    for name in names:
+        try:
+            check_topic_name(name)
+        except KafkaError:
+            answers.append(_Topic(error_code=int(ErrorCode.INVALID_TOPIC_EXCEPTION), name=name))
+            continue
+        if allowed:
+            creatable.append(TopicCreation(name))
+        else:
+            answers.append(_Topic(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), name=name))
+    if creatable:
+        results = await broker.controller.create_topics(creatable, validate_only=False)
+        image = broker.controller.image
+        for result in results:
+            topic = image.topics_by_name.get(result.name)
+            if topic is not None:  # created now, or concurrently by another request
+                answers.append(_topic(topic))
+            else:
+                answers.append(_Topic(error_code=int(result.error), name=result.name))
+    return answers

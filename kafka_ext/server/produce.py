@@ -1,0 +1,59 @@
+"""Produce (0): append producers' batches to partition logs; v3-v11 (v0-2 advertised, refused).
+
+Each partition answers on its own: an unknown partition, a corrupt batch or a batch above
+max.message.bytes fails that partition only. Batches are validated by header and CRC and
+appended whole (never decoded). acks=0 gets no response; if anything failed, the connection is
+closed instead, so the producer notices, as Kafka does. With one replica per partition, acks=1
+and acks=-1 are both satisfied once the batch is in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka_ext.network.connection import CloseConnection
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.messages import registry
+
+log = logging.getLogger(__name__)
+
+_Response = registry()["ProduceResponse"].cls
+_TopicResponse = _Response.TopicProduceResponse
+_PartitionResponse = _Response.PartitionProduceResponse
+
+
+async def handle_produce(ctx: Any, request: Any) -> Any:
+    if request.acks not in (0, 1, -1):
+        return _error_for_all(request, ErrorCode.INVALID_REQUIRED_ACKS)
+    replicas = ctx.broker.replica_manager
+    failed = False
+    topics = []
+    for topic_data in request.topic_data:
+        partitions = []
+        for data in topic_data.partition_data:
+            try:
+                info = replicas.append_records(topic_data.name, data.index, data.records)
+            except KafkaError as exc:
+                failed = True
+                partitions.append(_PartitionResponse(
+                    index=data.index, error_code=int(exc.code), base_offset=-1,
+                    error_message=exc.message or None))
+                continue
+            partitions.append(_PartitionResponse(
+                index=data.index, error_code=0, base_offset=info.first_offset,
+                log_append_time_ms=info.log_append_time_ms, log_start_offset=info.log_start_offset))
+        topics.append(_TopicResponse(name=topic_data.name, partition_responses=partitions))
+    if request.acks == 0:
+        if failed:
+            raise CloseConnection("acks=0 produce failed")
+        return None
+    return _Response(responses=topics)
+
+
+def _error_for_all(request: Any, code: ErrorCode) -> Any:
+    return _Response(responses=[
+        _TopicResponse(name=t.name, partition_responses=[
+            _PartitionResponse(index=p.index, error_code=int(code), base_offset=-1)
+            for p in t.partition_data])
+        for t in request.topic_data])

@@ -1,0 +1,273 @@
+"""Every partition log of a broker across its log dirs (JBOD); mirrors Apache Kafka's LogManager.
+
+Owns each dir's meta.properties, the per-dir checkpoints (recovery points, log start offsets,
+high watermarks) and the `.kafka_cleanshutdown` marker that lets the next start skip recovery.
+Concurrency: called from the event loop only. `load`, `close`, `delete_log`, the checkpoint
+methods and `flush_dirty_logs` block on disk; run them off the loop (or before it starts).
+A log's own `flush()` may run in an executor thread while the loop keeps using the manager.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.storage.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    MetaProperties,
+    OffsetCheckpointFile,
+    write_atomically,
+)
+from kafka_ext.storage.log import UnifiedLog, parse_topic_partition, wall_clock_ms
+from kafka_ext.storage.log_config import LogConfig
+
+logger = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+DELETE_DIR_SUFFIX = "-delete"  # <topic>-<partition>.<uuid hex>-delete: a log waiting for removal
+MOVE_DIR_SUFFIX = ".move"  # a replica being moved here between log dirs (DESIGN.md §6)
+
+TopicPartition = tuple[str, int]
+
+
+class LogDirIdentityError(KafkaError):
+    """A log dir's meta.properties belongs to another cluster or node: refuse to start."""
+
+
+class LogManager:
+    """Each loaded log lives in exactly one of `log_dirs`; the map is touched by the loop only."""
+
+    __slots__ = (
+        "log_dirs",
+        "node_id",
+        "cluster_id",
+        "default_config",
+        "_topic_config",
+        "_clock_ms",
+        "_logs",
+        "_log_dir_of",
+        "_directory_ids",
+    )
+
+    def __init__(
+        self,
+        log_dirs: Sequence[Path | str],
+        *,
+        node_id: int,
+        cluster_id: str,
+        default_config: LogConfig | None = None,
+        topic_config: Callable[[str], LogConfig] | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        """topic_config(topic) gives the config of a log found on disk (default: default_config)."""
+        if not log_dirs:
+            raise ValueError("at least one log dir is required")
+        self.log_dirs: tuple[Path, ...] = tuple(Path(d).resolve() for d in log_dirs)
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.default_config = default_config or LogConfig()
+        self._topic_config = topic_config
+        self._clock_ms = clock_ms
+        self._logs: dict[TopicPartition, UnifiedLog] = {}
+        self._log_dir_of: dict[TopicPartition, Path] = {}
+        self._directory_ids: dict[Path, uuid.UUID] = {}
+
+    # -- start-up
+
+    def load(self) -> None:
+        """Check each dir's identity, remove `-delete` dirs, open every partition log (recovering
+        those of a dir without a clean-shutdown marker), then drop the markers. Blocks."""
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._directory_ids[log_dir] = self._check_meta_properties(log_dir)
+        for log_dir in self.log_dirs:
+            self._load_dir(log_dir)
+
+    def _check_meta_properties(self, log_dir: Path) -> uuid.UUID:
+        """Write meta.properties once; afterwards the cluster and node ids must match it."""
+        meta = MetaProperties.read(log_dir)
+        if meta is None:
+            meta = MetaProperties(self.node_id, self.cluster_id, uuid.uuid4())
+            meta.write(log_dir)
+            return meta.directory_id
+        if meta.cluster_id != self.cluster_id:
+            raise LogDirIdentityError(
+                ErrorCode.INCONSISTENT_CLUSTER_ID,
+                f"log dir {log_dir} belongs to cluster {meta.cluster_id!r}, but this broker is "
+                f"configured for cluster {self.cluster_id!r}; refusing to start",
+            )
+        if meta.node_id != self.node_id:
+            raise LogDirIdentityError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"log dir {log_dir} belongs to node {meta.node_id}, not node {self.node_id}; refusing to start",
+            )
+        if meta.directory_id in self._directory_ids.values():
+            raise LogDirIdentityError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"log dir {log_dir} has the same directory.id as another log dir (a copied dir?)",
+            )
+        return meta.directory_id
+
+    def _load_dir(self, log_dir: Path) -> None:
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        needs_recovery = not marker.exists()
+        recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
+        log_start_offsets = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
+        high_watermarks = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).read()
+        for path in sorted(log_dir.iterdir()):
+            if not path.is_dir():
+                continue
+            if path.name.endswith(DELETE_DIR_SUFFIX):
+                shutil.rmtree(path)
+                continue
+            if path.name.endswith(MOVE_DIR_SUFFIX):
+                continue  # the replica mover resumes these
+            try:
+                tp = parse_topic_partition(path.name)
+            except ValueError:
+                logger.warning("ignoring %s: not a partition directory", path)
+                continue
+            if tp in self._logs:
+                raise KafkaError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"partition {tp[0]}-{tp[1]} is in both {self._log_dir_of[tp]} and {log_dir}",
+                )
+            log = UnifiedLog(
+                path,
+                self._config_for(tp[0]),
+                recovery_point=recovery_points.get(tp, 0),
+                log_start_offset=log_start_offsets.get(tp, 0),
+                needs_recovery=needs_recovery,
+                clock_ms=self._clock_ms,
+            )
+            log.high_watermark = high_watermarks.get(tp, 0)
+            self._logs[tp] = log
+            self._log_dir_of[tp] = log_dir
+        marker.unlink(missing_ok=True)  # from now on a crash must trigger recovery
+
+    def _config_for(self, topic: str) -> LogConfig:
+        return self._topic_config(topic) if self._topic_config is not None else self.default_config
+
+    # -- logs
+
+    def directory_id(self, log_dir: Path) -> uuid.UUID:
+        """The directory.id of a loaded log dir (JBOD: AssignReplicasToDirs, DescribeLogDirs)."""
+        return self._directory_ids[log_dir]
+
+    def get_log(self, topic: str, partition: int) -> UnifiedLog | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[UnifiedLog]:
+        return list(self._logs.values())
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._log_dir_of.get((topic, partition))
+
+    def logs_in_dir(self, log_dir: Path) -> list[UnifiedLog]:
+        return [log for tp, log in self._logs.items() if self._log_dir_of[tp] == log_dir]
+
+    def create_log(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID | None = None,
+        config: LogConfig | None = None,
+    ) -> UnifiedLog:
+        """The partition's log, created in the log dir holding the fewest partitions if absent."""
+        tp = (topic, partition)
+        existing = self._logs.get(tp)
+        if existing is not None:
+            if (
+                topic_id is not None
+                and existing.topic_id is not None
+                and existing.topic_id != topic_id
+            ):
+                raise KafkaError(
+                    ErrorCode.INCONSISTENT_TOPIC_ID,
+                    f"{topic}-{partition} exists with topic id {existing.topic_id}, not {topic_id}",
+                )
+            return existing
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._log_dir_of.values():
+            counts[d] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])  # ties: the first configured dir
+        log = UnifiedLog(
+            log_dir / f"{topic}-{partition}",
+            config or self._config_for(topic),
+            needs_recovery=False,
+            topic_id=topic_id,
+            clock_ms=self._clock_ms,
+        )
+        self._logs[tp] = log
+        self._log_dir_of[tp] = log_dir
+        return log
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Close the log, rename its dir to `<topic>-<partition>.<uuid>-delete`, then remove it.
+
+        If the removal is interrupted, the next `load` finishes it. Blocks.
+        """
+        tp = (topic, partition)
+        log = self._logs.pop(tp, None)
+        if log is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no log for {topic}-{partition}"
+            )
+        del self._log_dir_of[tp]
+        log.close()
+        doomed = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        log.dir.rename(doomed)
+        shutil.rmtree(doomed)
+
+    # -- periodic work
+
+    def cleanup_logs(self, now_ms: int) -> int:
+        """Apply retention to every log; returns the segments deleted."""
+        return sum(log.delete_retention_segments(now_ms) for log in self._logs.values())
+
+    def flush_dirty_logs(self, now_ms: int) -> None:
+        """fsync every log whose flush policy asks for it (blocks: run in an executor)."""
+        for log in list(self._logs.values()):
+            offset = log.pending_flush_offset(now_ms)
+            if offset is not None:
+                log.flush(offset)
+
+    def _write_checkpoint(self, name: str, value: Callable[[UnifiedLog], int]) -> None:
+        for log_dir in self.log_dirs:
+            offsets = {
+                tp: value(log) for tp, log in self._logs.items() if self._log_dir_of[tp] == log_dir
+            }
+            OffsetCheckpointFile(log_dir / name).write(offsets)
+
+    def checkpoint_recovery_points(self) -> None:
+        """Write recovery-point-offset-checkpoint in every log dir (blocks)."""
+        self._write_checkpoint(RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Write log-start-offset-checkpoint in every log dir (blocks)."""
+        self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write replication-offset-checkpoint in every log dir (blocks)."""
+        self._write_checkpoint(REPLICATION_OFFSET_CHECKPOINT, lambda log: log.high_watermark)
+
+    def close(self, broker_epoch: int = -1) -> None:
+        """Flush and close every log, write all checkpoints, then the clean-shutdown markers. Blocks."""
+        for log in self._logs.values():
+            log.flush()
+            log.close()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch})
+        for log_dir in self.log_dirs:
+            write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, marker)
+        self._logs.clear()
+        self._log_dir_of.clear()

@@ -1,0 +1,142 @@
+"""Fixtures that run the real broker as a subprocess on a free loopback port.
+
+The broker is started with `python -m kafka_ext server`, waited for with an ApiVersions
+round trip, and stopped with SIGTERM; a crash or an unclean exit fails the test and the broker's
+log is printed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafka_ext.protocol.framing import SIZE, decode_response, encode_request
+from kafka_ext.protocol.messages import registry
+
+STARTUP_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api_versions_ok(port: int) -> bool:
+    """One ApiVersions v3 round trip on a fresh connection."""
+    request = registry()["ApiVersionsRequest"].cls(client_software_name="kafka-ext-tests",
+                                                   client_software_version="0")
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.sendall(encode_request(18, 3, 1, "probe", request))
+            size = SIZE.unpack(_recv_exact(sock, 4))[0]
+            _, body = decode_response(_recv_exact(sock, size), 18, 3)
+            return body.error_code == 0
+    except OSError:
+        return False
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return bytes(data)
+
+
+class BrokerProcess:
+    """A kafka-ext broker subprocess with its own data directory."""
+
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
+        self.overrides = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": str(data_dir),
+            **(overrides or {}),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        args = [sys.executable, "-m", "kafka_ext", "server"]
+        for key, value in self.overrides.items():
+            args += ["--override", f"{key}={value}"]
+        log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_EXT_")}
+        self.proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+        log_file.close()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
+            if api_versions_ok(self.port):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"broker did not answer within {STARTUP_TIMEOUT_S}s:\n{self.log()}")
+
+    def stop(self) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """kill -9: an unclean stop, no flush, no checkpoints."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-20000:]
+        except FileNotFoundError:
+            return ""
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator:
+    started: list[BrokerProcess] = []
+
+    def make(overrides: dict[str, str] | None = None, name: str = "data") -> BrokerProcess:
+        b = BrokerProcess(tmp_path / name, overrides)
+        b.start()
+        started.append(b)
+        return b
+
+    yield make
+    failures = []
+    for b in started:
+        code = b.stop()
+        if code not in (0, -9):
+            failures.append(f"broker exited with {code}:\n{b.log()}")
+        elif "Traceback" in b.log():
+            failures.append(f"broker logged a traceback:\n{b.log()}")
+    if failures:
+        pytest.fail("\n\n".join(failures))
+
+
+@pytest.fixture
+def broker(broker_factory) -> BrokerProcess:
+    return broker_factory()

@@ -1,0 +1,142 @@
+"""LogManager over several log dirs: placement, checkpoints, clean shutdown, recovery, identity."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.storage.log_config import LogConfig
+from kafka_ext.storage.log_manager import LogDirIdentityError, LogManager
+
+CLUSTER = "q1Sh-9_ISia_zwGINzRvyQ"
+
+
+def _manager(dirs: list[Path], clock, **kw) -> LogManager:
+    manager = LogManager(
+        dirs, node_id=1, cluster_id=kw.pop("cluster_id", CLUSTER), clock_ms=clock, **kw
+    )
+    manager.load()
+    return manager
+
+
+def test_new_partition_goes_to_emptiest_dir(tmp_path: Path, clock) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    manager = _manager(dirs, clock)
+    for p in range(6):
+        manager.create_log("t", p)
+    counts = {d.name: len(manager.logs_in_dir(d.resolve())) for d in dirs}
+    assert counts == {"a": 2, "b": 2, "c": 2}
+    assert manager.log_dir_of("t", 0) == manager.log_dir_of("t", 3) == dirs[0].resolve()
+    manager.delete_log("t", 0)
+    manager.delete_log("t", 3)
+    assert manager.create_log("u", 0).dir.parent == dirs[0].resolve()
+    assert manager.create_log("u", 0) is manager.get_log("u", 0)
+
+
+def test_meta_properties_written_once_and_checked(tmp_path: Path, clock) -> None:
+    manager = _manager([tmp_path / "d"], clock)
+    text = (tmp_path / "d" / "meta.properties").read_text()
+    assert "version=1" in text and "node.id=1" in text and f"cluster.id={CLUSTER}" in text
+    directory_id = manager.directory_id((tmp_path / "d").resolve())
+    manager.close()
+    again = _manager([tmp_path / "d"], clock)
+    assert again.directory_id((tmp_path / "d").resolve()) == directory_id
+    again.close()
+    with pytest.raises(LogDirIdentityError) as err:
+        _manager([tmp_path / "d"], clock, cluster_id="another-cluster-id")
+    assert err.value.code == ErrorCode.INCONSISTENT_CLUSTER_ID
+    assert "another-cluster-id" in str(err.value)
+
+
+def test_reopen_after_clean_shutdown_skips_recovery(tmp_path: Path, clock, make_batch) -> None:
+    manager = _manager([tmp_path / "d"], clock)
+    log = manager.create_log("t", 0)
+    for _ in range(4):
+        log.append_as_leader(make_batch(2), 0)
+    manager.close()
+    assert (tmp_path / "d" / ".kafka_cleanshutdown").exists()
+    # Corrupt a record in the middle: recovery would truncate there, a clean start must not look.
+    seg = tmp_path / "d" / "t-0" / "00000000000000000000.log"
+    data = bytearray(seg.read_bytes())
+    data[len(data) // 2 - 3] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    (tmp_path / "d" / "recovery-point-offset-checkpoint").write_text("0\n1\nt 0 0\n")
+    reopened = _manager([tmp_path / "d"], clock)
+    log = reopened.get_log("t", 0)
+    assert log is not None and log.log_end_offset == 8 and log.recovered_segments == 0
+    assert not (tmp_path / "d" / ".kafka_cleanshutdown").exists()
+
+
+def test_unclean_shutdown_recovers_after_recovery_point(tmp_path: Path, clock, make_batch) -> None:
+    batch = make_batch(2, value_size=100)
+    manager = _manager(
+        [tmp_path / "d"], clock, default_config=LogConfig(segment_bytes=2 * len(batch))
+    )
+    log = manager.create_log("t", 0)
+    for _ in range(6):
+        log.append_as_leader(batch, 0)
+    log.flush(4)
+    manager.checkpoint_recovery_points()
+    with open(log.dir / f"{8:020d}.log", "ab") as f:
+        f.write(batch[:25])
+    # no close(): the process "crashed"
+    reopened = _manager(
+        [tmp_path / "d"], clock, default_config=LogConfig(segment_bytes=2 * len(batch))
+    )
+    log = reopened.get_log("t", 0)
+    assert log is not None and log.log_end_offset == 12
+    assert log.recovered_segments == 2  # segments 4 and 8; segment 0 was flushed
+    assert (log.dir / f"{8:020d}.log").stat().st_size == 2 * len(batch)
+
+
+def test_checkpoints_use_kafka_format(tmp_path: Path, clock, make_batch) -> None:
+    manager = _manager([tmp_path / "d"], clock)
+    log = manager.create_log("orders", 3)
+    log.append_as_leader(make_batch(5), 0)
+    log.high_watermark = 5
+    log.delete_records_before(2)
+    manager.close()
+    d = tmp_path / "d"
+    assert (d / "recovery-point-offset-checkpoint").read_text() == "0\n1\norders 3 5\n"
+    assert (d / "log-start-offset-checkpoint").read_text() == "0\n1\norders 3 2\n"
+    assert (d / "replication-offset-checkpoint").read_text() == "0\n1\norders 3 5\n"
+    reopened = _manager([d], clock)
+    log = reopened.get_log("orders", 3)
+    assert log is not None and (log.log_start_offset, log.high_watermark, log.log_end_offset) == (
+        2,
+        5,
+        5,
+    )
+
+
+def test_delete_log_renames_then_removes(tmp_path: Path, clock, make_batch) -> None:
+    manager = _manager([tmp_path / "d"], clock)
+    manager.create_log("t", 0).append_as_leader(make_batch(1), 0)
+    manager.delete_log("t", 0)
+    assert manager.get_log("t", 0) is None
+    assert [p.name for p in (tmp_path / "d").iterdir() if p.is_dir()] == []
+    with pytest.raises(KafkaError) as err:
+        manager.delete_log("t", 0)
+    assert err.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_load_removes_delete_dirs_and_ignores_move_dirs(tmp_path: Path, clock) -> None:
+    d = tmp_path / "d"
+    (d / f"t-0.{uuid.uuid4().hex}-delete").mkdir(parents=True)
+    (d / "t-1.move").mkdir()
+    (d / "t-2").mkdir()
+    manager = _manager([d], clock)
+    assert [(log.topic, log.partition) for log in manager.all_logs()] == [("t", 2)]
+    assert sorted(p.name for p in d.iterdir() if p.is_dir()) == ["t-1.move", "t-2"]
+
+
+def test_topic_with_dashes_round_trips(tmp_path: Path, clock, make_batch) -> None:
+    manager = _manager([tmp_path / "d"], clock)
+    manager.create_log("my-topic-name", 12).append_as_leader(make_batch(1), 0)
+    manager.close()
+    reopened = _manager([tmp_path / "d"], clock)
+    log = reopened.get_log("my-topic-name", 12)
+    assert log is not None and log.log_end_offset == 1
