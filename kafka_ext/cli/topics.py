@@ -254,8 +254,14 @@ def describe_topics(admin: AdminClient, names: list[str]) -> list[TopicRow]:
                 isr=tuple(node.id for node in p.isr),
             )
             for p in sorted(description.partitions, key=lambda p: p.id))
-        rows.append(TopicRow(name, str(description.topic_id), partitions, overrides.get(name, ())))
+        rows.append(TopicRow(name, _kafka_uuid(str(description.topic_id)), partitions,
+                             overrides.get(name, ())))
     return rows
+
+
+def _kafka_uuid(text: str) -> str:
+    """Kafka prints ids in URL-safe base64; confluent-kafka's Uuid uses the standard alphabet."""
+    return text.replace("+", "-").replace("/", "_").rstrip("=")
 
 
 def format_topic_lines(row: TopicRow, partition_filter: set[int] | None = None) -> list[str]:

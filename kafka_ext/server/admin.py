@@ -120,6 +120,8 @@ async def handle_delete_records(ctx: Any, request: Any) -> Any:
                 result.error_code = int(exc.code)
             partitions.append(result)
         topics.append(Response.DeleteRecordsTopicResult(name=t.name, partitions=partitions))
+    # The new log start offsets must survive a restart before we acknowledge them.
+    await ctx.broker.run_blocking(ctx.broker.log_manager.checkpoint_log_start_offsets)
     return Response(topics=topics)
 
 
@@ -213,26 +215,26 @@ async def handle_describe_cluster(ctx: Any, request: Any) -> Any:
 
 
 async def handle_describe_log_dirs(ctx: Any, request: Any) -> Any:
+    """Every log dir with its partitions (filtered by the request's topics), sizes and space."""
     Response = _reg["DescribeLogDirsResponse"].cls
-    broker = ctx.broker
+    log_manager = ctx.broker.log_manager
     wanted = None if request.topics is None else {
         (t.topic, p) for t in request.topics for p in t.partitions}
-    by_dir: dict[str, dict[str, list[Any]]] = {str(d): {} for d in broker.config.log_dirs}
-    for (topic, partition), hosted in broker.replica_manager.partitions.items():
-        if wanted is not None and (topic, partition) not in wanted:
-            continue
-        plog = hosted.log
-        by_dir.setdefault(str(plog.dir.parent), {}).setdefault(topic, []).append(
-            Response.DescribeLogDirsPartition(partition_index=partition,
-                                              partition_size=plog.size_bytes,
-                                              offset_lag=max(plog.log_end_offset
-                                                             - plog.high_watermark, 0),
-                                              is_future_key=False))
     results = []
-    for log_dir, topics in by_dir.items():
+    for log_dir in log_manager.log_dirs:
+        topics: dict[str, list[Any]] = {}
+        for plog in log_manager.logs_in_dir(log_dir):
+            tp = (plog.topic, plog.partition)
+            if plog.topic.startswith("__cluster_metadata") or (wanted is not None
+                                                               and tp not in wanted):
+                continue
+            topics.setdefault(plog.topic, []).append(Response.DescribeLogDirsPartition(
+                partition_index=plog.partition, partition_size=plog.size_bytes,
+                offset_lag=max(plog.log_end_offset - plog.high_watermark, 0),
+                is_future_key=False))
         usage = shutil.disk_usage(log_dir)
         results.append(Response.DescribeLogDirsResult(
-            error_code=0, log_dir=log_dir, total_bytes=usage.total, usable_bytes=usage.free,
+            error_code=0, log_dir=str(log_dir), total_bytes=usage.total, usable_bytes=usage.free,
             topics=[Response.DescribeLogDirsTopic(name=t, partitions=ps)
                     for t, ps in topics.items()]))
     return Response(error_code=0, results=results)

@@ -33,6 +33,7 @@ from kafka_ext.server.config import (
 )
 from kafka_ext.server.dispatcher import RequestDispatcher
 from kafka_ext.server.fetch_session import FetchSessionCache
+from kafka_ext.storage.checkpoints import CorruptCheckpointError, MetaProperties
 from kafka_ext.storage.log_config import LogConfig
 from kafka_ext.storage.log_manager import LogManager
 
@@ -54,10 +55,10 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.cluster_id = config.cluster_id
+        self.cluster_id = _formatted_cluster_id(config)
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-ext-io")
         self.log_manager = LogManager(config.log_dirs, node_id=config.node_id,
-                                      cluster_id=config.cluster_id)
+                                      cluster_id=self.cluster_id)
         self.replica_manager = ReplicaManager(config.node_id, self.log_manager, self.log_config_for)
         self.fetch_sessions = FetchSessionCache()
         self.dispatcher = RequestDispatcher(self)
@@ -195,6 +196,24 @@ class Broker:
             await asyncio.sleep(interval_s)
             await self.run_blocking(self.log_manager.checkpoint_recovery_points)
             await self.run_blocking(self.log_manager.checkpoint_log_start_offsets)
+
+
+def _formatted_cluster_id(config: BrokerConfig) -> str:
+    """The cluster id: configured, else the one the log dirs were formatted with, else new.
+
+    `kafka-ext server` with no `cluster.id` formats its dirs on first start, as
+    `kafka-storage.sh format` would, and keeps that id on every later start.
+    """
+    if not config.cluster_id_generated:
+        return config.cluster_id
+    for log_dir in config.log_dirs:
+        try:
+            meta = MetaProperties.read(log_dir)
+        except CorruptCheckpointError:
+            continue  # LogManager reports it with the directory's name
+        if meta is not None:
+            return meta.cluster_id
+    return config.cluster_id
 
 
 def run(config: BrokerConfig) -> None:

@@ -63,7 +63,7 @@ def test_describe_prints_kafka_topics_layout(broker: Any) -> None:
     create(broker, topic, 3, "--config", "retention.ms=3600000", "--config", "cleanup.policy=compact")
     lines = ok(topics(broker, "--describe", "--topic", topic)).splitlines()
     assert len(lines) == 4
-    head = re.fullmatch(rf"Topic: {topic}\tTopicId: (\S+)\tPartitionCount: 3\tReplicationFactor: 1"
+    head = re.fullmatch(rf"Topic: {topic}\tTopicId: ([A-Za-z0-9_-]{{22}})\tPartitionCount: 3\tReplicationFactor: 1"
                         r"\tConfigs: (.*)", lines[0])
     assert head is not None, lines[0]
     assert head[1] != "AAAAAAAAAAAAAAAAAAAAAA"
