@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -107,18 +106,9 @@ class ReplicaManager:
         if records is None or len(records) == 0:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "empty records")
         plog = hosted.log
-        max_message_bytes = plog.config.max_message_bytes
-        for _, header in validate_batches(records):
-            if header.size_bytes > max_message_bytes:
-                raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
-                                 f"batch of {header.size_bytes} bytes exceeds max.message.bytes "
-                                 f"{max_message_bytes}")
-            if header.is_control:
-                raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
-        log_append_time_ms = (int(time.time() * 1000)
-                              if plog.config.message_timestamp_type == "LogAppendTime" else None)
-        info = plog.append_as_leader(records, hosted.leader_epoch,
-                                     log_append_time_ms=log_append_time_ms)
+        validate_batches(records)  # sizes, magic, CRC, client rules; MESSAGE_TOO_LARGE in the log
+        # The log stamps LogAppendTime itself when the topic asks for it.
+        info = plog.append_as_leader(records, hosted.leader_epoch)
         plog.high_watermark = plog.log_end_offset  # sole replica of the ISR
         self._notify_data((topic, partition))
         return info
