@@ -64,7 +64,7 @@ class KafkaConnection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        self._transport.set_write_buffer_limits(high=4 * 1024 * 1024)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -24,7 +24,7 @@ class MessageType:
     """One schema compiled: its class and a decoder and encoder per valid version."""
 
     spec: MessageSpec
-    cls: type
+    cls: Any  # generated at start-up: attributes are not known to the type checker
     decoders: dict[int, Decoder] = field(default_factory=dict)
     encoders: dict[int, Encoder] = field(default_factory=dict)
 
