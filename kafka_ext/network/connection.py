@@ -61,10 +61,11 @@ class KafkaConnection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
-        peer = transport.get_extra_info("peername")
+        stream: asyncio.Transport = transport  # type: ignore[assignment]  # uvloop's: no subclass
+        self._transport = stream
+        peer = stream.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self._transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        stream.set_write_buffer_limits(high=4 * 1024 * 1024)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

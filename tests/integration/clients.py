@@ -8,6 +8,7 @@ uses consumer groups or idempotence: the broker under test does not serve them y
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -96,6 +97,36 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1,
 def segment_files(data_dir: Path, topic: str, partition: int) -> list[Path]:
     """The partition's `.log` segment files in base offset order."""
     return sorted((data_dir / f"{topic}-{partition}").glob("*.log"))
+
+
+BATCH_HEADER = struct.Struct(">qiibIhi")
+"""The start of a v2 record batch on disk: base offset, batch length (bytes after this field),
+partition leader epoch, magic, CRC-32C, attributes (low 3 bits: codec), last offset delta."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """Where one record batch of a segment file starts and ends, and its codec."""
+
+    base_offset: int
+    last_offset: int
+    compression_codec: int
+
+
+def read_batch_headers(segment: Path) -> list[BatchHeader]:
+    """Walk a `.log` segment file batch by batch (the on-disk format is the wire format)."""
+    data = segment.read_bytes()
+    headers = []
+    pos = 0
+    while pos + BATCH_HEADER.size <= len(data):
+        base, length, _epoch, magic, _crc, attributes, last_delta = BATCH_HEADER.unpack_from(
+            data, pos)
+        if length == 0:
+            break
+        assert magic == 2, f"batch at byte {pos} of {segment} has magic {magic}"
+        headers.append(BatchHeader(base, base + last_delta, attributes & 0x7))
+        pos += 12 + length
+    return headers
 
 
 # --- what to send and what to expect -------------------------------------------------------------
