@@ -12,6 +12,7 @@ import asyncio
 import logging
 import re
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, Metadata
 from kafka_ext.controller.metadata_log import build_metadata_batch, replay
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.config import TOPIC_CONFIGS, ConfigError, ConfigType
 
 log = logging.getLogger(__name__)
 
@@ -119,15 +121,14 @@ class QuorumController:
         async with self._lock:
             results: list[TopicCreationResult] = []
             records: list[Any] = []
-            seen: set[str] = set()
+            # As Kafka: every entry of a name listed twice fails; the other topics go ahead.
+            counts = Counter(c.name for c in creations)
             for creation in creations:
                 result = TopicCreationResult(creation.name)
                 results.append(result)
                 try:
-                    if creation.name in seen:
-                        raise KafkaError(ErrorCode.INVALID_REQUEST,
-                                         f"Topic {creation.name} is listed twice")
-                    seen.add(creation.name)
+                    if counts[creation.name] > 1:
+                        raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
                     topic_records = self._topic_records(creation, result)
                 except KafkaError as exc:
                     result.error, result.message = exc.code, exc.message
@@ -205,7 +206,6 @@ class QuorumController:
                             leader_epoch=0, partition_epoch=0)
 
     def _validated_configs(self, configs: dict[str, str]) -> dict[str, str]:
-        from kafka_ext.server.config import ConfigError
         out = {}
         for name, value in configs.items():
             try:
@@ -275,7 +275,6 @@ class QuorumController:
 
     def _config_records(self, rtype: int, rname: str, changes: list[ConfigChange],
                         replace_all: bool) -> list[Any]:
-        from kafka_ext.server.config import ConfigError
         records: list[Any] = []
         if rtype == TOPIC_RESOURCE and rname not in self.image.topics_by_name:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -292,6 +291,10 @@ class QuorumController:
             elif change.op == 1:
                 desired.pop(change.name, None)
             elif change.op in (2, 3):
+                definition = TOPIC_CONFIGS.get(change.name)
+                if definition is None or definition.type != ConfigType.LIST:
+                    raise KafkaError(ErrorCode.INVALID_CONFIG, "Config value append/subtract is "
+                                     f"not allowed for config key {change.name}")
                 items = [x for x in desired.get(change.name, "").split(",") if x]
                 for value in (change.value or "").split(","):
                     if change.op == 2 and value and value not in items:

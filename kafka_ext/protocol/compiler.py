@@ -350,7 +350,7 @@ class MessageCompiler:
                     value = f"obj.{f.attr}"
                     if default is _MISSING:
                         cond = (f"{value}" if f.is_array else
-                                f"{value} != _cls_{f.struct.name}()")  # type: ignore[union-attr]
+                                f"({value} != _cls_{f.struct.name}() or {value}.unknown_tagged_fields)")  # type: ignore[union-attr]
                     else:
                         cond = f"{value} != {src.const(default)}"
                     src.emit(1, f"if {cond}:")

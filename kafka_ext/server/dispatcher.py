@@ -83,13 +83,13 @@ class RequestDispatcher:
         try:
             response = await handler(ctx, request)
         except KafkaError as exc:
-            response = self._error_response(api_key, exc.code)
+            response = self._error_response(api_key, api_version, exc.code)
             if response is None:
                 raise CloseConnection(f"{request_type.name} failed: {exc}") from None
         except Exception:
             log.exception("%s v%d from %s (client %s) failed", request_type.name, api_version,
                           conn.peer, header.client_id)
-            response = self._error_response(api_key, ErrorCode.UNKNOWN_SERVER_ERROR)
+            response = self._error_response(api_key, api_version, ErrorCode.UNKNOWN_SERVER_ERROR)
             if response is None:
                 raise CloseConnection("unexpected server error") from None
         if response is None:
@@ -98,12 +98,14 @@ class RequestDispatcher:
         return encode_response(correlation_id, response_header_version(api_key, api_version),
                                response_type, api_version, response)
 
-    def _error_response(self, api_key: int, code: ErrorCode) -> Any:
-        """A response carrying `code` at top level, when the API has a top-level error code."""
-        cls = self._registry.responses[api_key].cls
-        if "error_code" not in cls._fields:
-            return None
-        return cls(error_code=int(code))
+    def _error_response(self, api_key: int, api_version: int, code: ErrorCode) -> Any:
+        """A response carrying `code` at top level, when this version has a top-level error
+        code; None otherwise (the caller closes the connection rather than claim success)."""
+        response_type = self._registry.responses[api_key]
+        for f in response_type.spec.struct.fields:
+            if f.attr == "error_code" and api_version in f.versions:
+                return response_type.cls(error_code=int(code))
+        return None
 
     def _api_versions_fallback(self, correlation_id: int) -> list[Any]:
         from kafka_ext.server.api_versions import api_versions_response

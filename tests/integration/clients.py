@@ -186,6 +186,7 @@ def produce_confluent(bootstrap: str, topic: str, records: Sequence[Outgoing],
                                          "enable.idempotence": False,
                                          "linger.ms": 5, **(config or {})})
     offsets: list[int | None] = [None] * len(records)
+    delivered = [False] * len(records)
     errors: list[str] = []
 
     def report(index: int) -> Callable[[Any, Any], None]:
@@ -193,6 +194,7 @@ def produce_confluent(bootstrap: str, topic: str, records: Sequence[Outgoing],
             if err is not None:
                 errors.append(f"record {index}: {err}")
             else:
+                delivered[index] = True
                 offsets[index] = msg.offset()
         return on_delivery
 
@@ -209,15 +211,16 @@ def produce_confluent(bootstrap: str, topic: str, records: Sequence[Outgoing],
     remaining = producer.flush(CONSUME_TIMEOUT_S)
     assert remaining == 0, f"{remaining} records still undelivered"
     assert not errors, errors[:5]
-    assert all(o is not None for o in offsets)
-    return [o for o in offsets if o is not None]
+    assert all(delivered)
+    return [confluent_kafka.OFFSET_INVALID if o is None else o for o in offsets]
 
 
 def produce_kafka_python(bootstrap: str, topic: str, records: Sequence[Outgoing],
                          config: Mapping[str, Any] | None = None) -> list[int]:
     """Send every record with kafka-python; returns each record's offset."""
-    producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False,
-                                   linger_ms=5, **(config or {}))
+    producer = kafka.KafkaProducer(**{"bootstrap_servers": bootstrap,
+                                      "enable_idempotence": False, "linger_ms": 5,
+                                      **(config or {})})
     try:
         futures = [producer.send(topic, key=r.key, value=r.value, partition=r.partition,
                                  headers=list(r.headers), timestamp_ms=r.timestamp_ms)
@@ -233,8 +236,8 @@ def produce_aiokafka(bootstrap: str, topic: str, records: Sequence[Outgoing],
     """Send every record with aiokafka; returns each record's offset."""
 
     async def run() -> list[int]:
-        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5,
-                                             **(config or {}))
+        producer = aiokafka.AIOKafkaProducer(**{"bootstrap_servers": bootstrap,
+                                                "linger_ms": 5, **(config or {})})
         await producer.start()
         try:
             futures = [await producer.send(topic, key=r.key, value=r.value,

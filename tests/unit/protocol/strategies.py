@@ -14,7 +14,6 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from kafka_ext.protocol.compiler import field_default
 from kafka_ext.protocol.messages import MessageType, registry
 from kafka_ext.protocol.schema import FieldSpec, StructSpec
 
@@ -37,7 +36,7 @@ FieldFilter = Callable[[FieldSpec], bool]
 def all_message_versions(kinds: tuple[str, ...] | None = None) -> list[tuple[str, int]]:
     """Every (message name, version) in the registry, optionally only some schema types."""
     reg = registry()
-    pairs = []
+    pairs: list[tuple[str, int]] = []
     for name, mtype in sorted(reg.by_name.items()):
         if kinds is not None and mtype.spec.type not in kinds:
             continue
@@ -171,7 +170,3 @@ def _plain_value(f: FieldSpec, value: Any, version: int, flexible: bool) -> Any:
         return bytes(value)
     return value
 
-
-def default_of(f: FieldSpec) -> Any:
-    """The schema default of a scalar field (re-exported for tests)."""
-    return field_default(f)

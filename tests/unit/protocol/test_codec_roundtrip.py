@@ -9,8 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_ext.protocol.messages import registry
+from kafka_ext.protocol.compiler import MessageCompiler
+from kafka_ext.protocol.messages import MessageType, registry
 from kafka_ext.protocol.primitives import uvarint_bytes
+from kafka_ext.protocol.schema import parse_schema
 from tests.unit.protocol.strategies import all_message_versions, as_plain, message_values
 
 ROUND_TRIP_SETTINGS = settings(
@@ -145,3 +147,52 @@ def test_uvarint_bytes_decode_to_the_same_value(value: int) -> None:
 
     encoded = uvarint_bytes(value)
     assert read_uvarint(encoded, 0) == (value, len(encoded))
+
+
+def test_unknown_tags_inside_a_default_valued_tagged_struct_are_re_emitted() -> None:
+    """Kafka's equals() counts unknown tags, so such a struct is not the default: keep it."""
+    mtype = registry()["FetchResponse"]
+    version = 16
+    topic_cls = mtype.cls.FetchableTopicResponse
+    diverging = mtype.cls.EpochEndOffset(unknown_tagged_fields=[(9, b"\x01")])  # fields default
+    partition = topic_cls.PartitionData(partition_index=0, diverging_epoch=diverging)
+    message = mtype.cls(responses=[topic_cls(topic_id=uuid.UUID(int=1), partitions=[partition])])
+    decoded = mtype.decode_all(mtype.encode(message, version), version)
+    kept = decoded.responses[0].partitions[0].diverging_epoch
+    assert kept.unknown_tagged_fields == [(9, b"\x01")]
+
+
+# A nullable tagged struct whose default is not null (KIP-893): Kafka's generated code writes
+# its presence marker inside the tagged field as an unsigned varint, 0 for null and 1 for a
+# value, unlike the int8 -1/1 marker of untagged nullable structs.
+_NULLABLE_TAGGED_STRUCT = """
+{"type": "data", "name": "NullableTaggedStructData", "validVersions": "0",
+ "flexibleVersions": "0+",
+ "fields": [{"name": "Inner", "type": "InnerStruct", "versions": "0+", "nullableVersions": "0+",
+             "taggedVersions": "0+", "tag": 0,
+             "fields": [{"name": "Value", "type": "int32", "versions": "0+"}]}]}
+"""
+
+
+def _nullable_tagged_struct_type() -> MessageType:
+    spec = parse_schema(_NULLABLE_TAGGED_STRUCT)
+    compiler = MessageCompiler(spec)
+    mtype = MessageType(spec, compiler.message_class)
+    mtype.decoders[0], mtype.encoders[0] = compiler.compile_version(0)
+    return mtype
+
+
+def test_present_nullable_tagged_struct_uses_a_varint_one_marker() -> None:
+    mtype = _nullable_tagged_struct_type()
+    message = mtype.cls(inner=mtype.cls.InnerStruct(value=5))
+    # one tag; tag 0; size 6: marker 1, int32 5, empty tagged section
+    expected = b"\x01\x00\x06" + b"\x01" + b"\x00\x00\x00\x05" + b"\x00"
+    assert mtype.encode(message, 0) == expected
+    assert mtype.decode_all(expected, 0).inner.value == 5
+
+
+def test_null_nullable_tagged_struct_uses_a_varint_zero_marker() -> None:
+    mtype = _nullable_tagged_struct_type()
+    kafka_bytes = b"\x01\x00\x01\x00"  # one tag; tag 0; size 1; varint 0 = null
+    assert mtype.decode_all(kafka_bytes, 0).inner is None
+    assert mtype.encode(mtype.cls(inner=None), 0) == kafka_bytes

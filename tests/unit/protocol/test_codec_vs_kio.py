@@ -76,7 +76,8 @@ def kio_class(name: str, version: int) -> type | None:
     """kio's class for our message at `version`, or None when kio does not have it."""
     mtype = registry()[name]
     kio_name, entity_type = _kio_entity_type(mtype)
-    path = schema_name_map.get(kio_name, {}).get(version, {}).get(entity_type)
+    by_type: Any = schema_name_map.get(kio_name, {}).get(version, {})
+    path = by_type.get(entity_type)
     return None if path is None else resolve_name(path)
 
 
@@ -102,13 +103,14 @@ class Pair:
 
 
 def _struct_class_of(kio_field: dataclasses.Field) -> type | None:
-    annotation = kio_field.type
+    annotation: Any = kio_field.type
     while True:
         args = [a for a in typing.get_args(annotation) if a is not type(None) and a is not Ellipsis]
         if not args:
             break
         annotation = args[0]
-    return annotation if dataclasses.is_dataclass(annotation) else None
+    is_struct = isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
+    return annotation if is_struct else None
 
 
 _PAIRS: dict[tuple[int, type, int], tuple[Pair, ...]] = {}
@@ -149,7 +151,7 @@ def _our_name(kio_name: str, ours: list[FieldSpec]) -> str:
 
 def to_kio(spec: StructSpec, kio_cls: type, obj: Any, version: int) -> Any:
     """Our object as kio's, narrowing values kio's types cannot hold."""
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for p in _pairs(spec, kio_cls, version):
         value = getattr(obj, p.ours.attr)
         if value is None:
@@ -188,7 +190,7 @@ def _scalar_to_kio(p: Pair, value: Any, version: int) -> Any:
 
 def from_kio(cls: type, spec: StructSpec, kio_obj: Any, version: int) -> Any:
     """kio's object as ours; our extension fields keep their defaults."""
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for p in _pairs(spec, type(kio_obj), version):
         value = getattr(kio_obj, p.kio.name)
         if value is None and p.kio_type not in ("uuid", "datetime_i64"):
@@ -227,6 +229,7 @@ def kio_encode(kio_obj: Any) -> bytes:
 
 
 def kio_decode(kio_cls: type, data: bytes) -> Any:
+    obj: Any
     obj, size = entity_reader(kio_cls)(data, 0)
     assert size == len(data), f"kio read {size} of {len(data)} bytes"
     return obj

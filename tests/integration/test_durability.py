@@ -1,0 +1,218 @@
+"""What survives a broker restart, a kill -9 and retention, checked with stock clients against the
+broker process and its data directory."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import confluent_kafka
+from clients import (
+    ADMIN_TIMEOUT_S,
+    CONSUME_TIMEOUT_S,
+    Message,
+    Outgoing,
+    by_partition,
+    consume_aiokafka,
+    consume_confluent,
+    consume_kafka_python,
+    create_topic,
+    dense_offsets,
+    expected_messages,
+    make_records,
+    new_topic_name,
+    offsets_for_times_confluent,
+    offsets_for_times_kafka_python,
+    produce_confluent,
+    produce_kafka_python,
+    read_batch_headers,
+    segment_files,
+    wait_until,
+    watermarks_confluent,
+    watermarks_kafka_python,
+)
+
+BEGINNING = confluent_kafka.OFFSET_BEGINNING
+RETENTION_DEADLINE_S = 60.0
+
+
+def test_clean_restart_keeps_every_record_at_its_offset(broker: Any) -> None:
+    topic = new_topic_name("restart")
+    create_topic(broker.bootstrap, topic, partitions=3)
+    records = make_records(3_000, partitions=3)
+    offsets = produce_confluent(broker.bootstrap, topic, records)
+    assert offsets == dense_offsets(records)
+
+    assert broker.stop() == 0
+    broker.start()
+
+    expected = expected_messages(records, offsets)
+    consumed = consume_kafka_python(broker.bootstrap, topic, {0: 0, 1: 0, 2: 0}, len(expected))
+    assert by_partition(consumed) == by_partition(expected)
+    for p in range(3):
+        assert watermarks_confluent(broker.bootstrap, topic, p) == (0, 1_000)
+
+    # The log takes appends after the restart at the next offsets.
+    more = make_records(30, partitions=3, base_timestamp_ms=1_700_000_000_000)
+    assert produce_confluent(broker.bootstrap, topic, more) == dense_offsets(
+        more, {0: 1_000, 1: 1_000, 2: 1_000})
+
+
+def test_multi_segment_log_survives_restart_and_time_lookup_spans_segments(
+        broker_factory: Any) -> None:
+    broker = broker_factory({"log.segment.bytes": "65536"})
+    topic = new_topic_name("segments")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    base_ms = 1_650_000_000_000
+    # 4,000 records of ~200 bytes (~800 KB) in batches of about 100: a dozen segments.
+    records = [Outgoing(0, r.key, r.value, r.headers, base_ms + 10 * i)
+               for i, r in enumerate(make_records(4_000, value_size_bytes=150))]
+    offsets: list[int] = []
+    for start in range(0, len(records), 500):
+        offsets += produce_confluent(broker.bootstrap, topic, records[start:start + 500],
+                                     {"batch.size": 16_384})
+    assert offsets == list(range(4_000))
+
+    segments = segment_files(broker.data_dir, topic, 0)
+    assert len(segments) >= 5, [s.name for s in segments]
+    bases = [int(s.stem) for s in segments]
+    assert bases[0] == 0 and bases == sorted(bases)
+    for segment, base in zip(segments, bases, strict=True):
+        headers = read_batch_headers(segment)
+        assert headers[0].base_offset == base
+        assert segment.stat().st_size <= 65_536 or len(headers) == 1
+
+    assert broker.stop() == 0
+    broker.start()
+    assert [s.name for s in segment_files(broker.data_dir, topic, 0)] == [s.name for s in segments]
+
+    expected = expected_messages(records, offsets)
+    assert consume_confluent(broker.bootstrap, topic, {0: BEGINNING}, 4_000) == expected
+    assert watermarks_kafka_python(broker.bootstrap, topic, 0) == (0, 4_000)
+
+    # Look up the first record of several segments, one just inside, and one between records.
+    probes = {bases[1]: bases[1], bases[2] + 1: bases[2] + 1, bases[-1]: bases[-1],
+              bases[-1] - 1: bases[-1] - 1, 3_999: 3_999}
+    for offset, want in probes.items():
+        ts = base_ms + 10 * offset
+        assert offsets_for_times_confluent(broker.bootstrap, topic, {0: ts}) == {0: want}
+        assert offsets_for_times_kafka_python(broker.bootstrap, topic, {0: ts - 5}) == {0: want}
+    assert offsets_for_times_confluent(broker.bootstrap, topic, {0: base_ms + 40_000}) == {0: -1}
+
+
+def test_acknowledged_records_survive_kill_minus_nine_during_produce(broker: Any) -> None:
+    topic = new_topic_name("kill9")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": broker.bootstrap,
+        "enable.idempotence": False,
+        "acks": "all",
+        "linger.ms": 2,
+        "batch.num.messages": 50,
+        "message.send.max.retries": 0,
+        "message.timeout.ms": 10_000,
+    })
+    acked: dict[int, bytes] = {}  # offset -> value of each record whose report had no error
+    failed: list[bytes] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            assert msg.offset() not in acked, f"offset {msg.offset()} acknowledged twice"
+            acked[msg.offset()] = msg.value()
+        else:
+            failed.append(msg.value())
+
+    sent = 0
+    killed_at_acked = None
+    deadline = time.monotonic() + CONSUME_TIMEOUT_S
+    # Keep producing; once a few thousand are acknowledged, kill the broker with records in
+    # flight, then keep producing a little into the dead broker.
+    while time.monotonic() < deadline:
+        try:
+            producer.produce(topic, value=b"seq-%08d" % sent, partition=0,
+                             on_delivery=on_delivery)
+            sent += 1
+        except BufferError:
+            pass
+        producer.poll(0)
+        if killed_at_acked is None and len(acked) >= 3_000:
+            broker.kill()
+            killed_at_acked = len(acked)
+        if killed_at_acked is not None and sent % 200 == 0:
+            break
+    assert killed_at_acked is not None, f"only {len(acked)} acknowledged before the deadline"
+    producer.purge()
+    producer.flush(10)  # delivers the purge/transport failures to on_delivery
+    assert len(acked) >= killed_at_acked
+
+    broker.start()
+    _, high = watermarks_confluent(broker.bootstrap, topic, 0)
+    assert high >= len(acked)
+    consumed = consume_confluent(broker.bootstrap, topic, {0: BEGINNING}, high)
+    assert len(consumed) == high
+
+    # The log is dense from 0 and holds no value twice.
+    assert [m.offset for m in consumed] == list(range(high))
+    values = [m.value for m in consumed]
+    assert len(set(values)) == len(values)
+    # Every acknowledged record is there, at its acknowledged offset; acknowledged offsets have
+    # no holes; and records were stored in the order they were sent.
+    assert sorted(acked) == list(range(len(acked)))
+    for offset, value in acked.items():
+        assert values[offset] == value, f"offset {offset}"
+    assert values == sorted(values)
+    assert set(values).isdisjoint(acked.values()) or all(
+        values[o] == v for o, v in acked.items())
+
+
+def test_retention_deletes_old_segments_and_moves_earliest_offset(broker_factory: Any) -> None:
+    broker = broker_factory({"log.retention.check.interval.ms": "200",
+                             "log.segment.delete.delay.ms": "0"})
+    topic = new_topic_name("retention")
+    create_topic(broker.bootstrap, topic, partitions=1,
+                  config={"retention.ms": "2000", "segment.bytes": "16384"})
+    now_ms = int(time.time() * 1000)
+    # Old records (an hour ago) fill several segments; fresh ones follow and must stay.
+    old = [Outgoing(0, r.key, r.value, r.headers, now_ms - 3_600_000 + i)
+           for i, r in enumerate(make_records(600, value_size_bytes=100))]
+    fresh = [Outgoing(0, r.key, r.value, r.headers, now_ms + 3_600_000 + i)
+             for i, r in enumerate(make_records(100, value_size_bytes=100))]
+    offsets = produce_confluent(broker.bootstrap, topic, old, {"batch.num.messages": 20})
+    offsets += produce_confluent(broker.bootstrap, topic, fresh, {"batch.num.messages": 20})
+    assert offsets == list(range(700))
+    first_segments = segment_files(broker.data_dir, topic, 0)
+    assert len(first_segments) >= 3
+
+    def earliest_moved() -> int:
+        low, _ = watermarks_confluent(broker.bootstrap, topic, 0)
+        return low if low >= 600 else 0
+
+    low = wait_until(earliest_moved, RETENTION_DEADLINE_S, "retention to delete old segments")
+    remaining = segment_files(broker.data_dir, topic, 0)
+    assert int(remaining[0].stem) == low
+    assert all(s not in remaining for s in first_segments if int(s.stem) < low)
+    wait_until(lambda: not [p for p in (broker.data_dir / f"{topic}-0").iterdir()
+                            if p.name.endswith(".deleted")],
+               RETENTION_DEADLINE_S, ".deleted files to be removed")
+
+    expected = expected_messages(old + fresh, offsets)[low:]
+    assert low <= 600
+    consumed = consume_aiokafka(broker.bootstrap, topic, {0: BEGINNING}, len(expected))
+    assert consumed == expected
+    assert watermarks_confluent(broker.bootstrap, topic, 0) == (low, 700)
+
+
+def test_retention_keeps_records_newer_than_retention_ms(broker_factory: Any) -> None:
+    broker = broker_factory({"log.retention.check.interval.ms": "200"})
+    topic = new_topic_name("retention-keeps")
+    create_topic(broker.bootstrap, topic, partitions=1,
+                  config={"retention.ms": "3600000", "segment.bytes": "16384"})
+    records = make_records(300, value_size_bytes=100, base_timestamp_ms=int(time.time() * 1000))
+    offsets = produce_kafka_python(broker.bootstrap, topic, records, {"batch_size": 2_000})
+    assert len(segment_files(broker.data_dir, topic, 0)) >= 2
+    # Several retention passes run while a restart happens; nothing is old enough to go.
+    broker.restart()
+    consumed: list[Message] = consume_confluent(broker.bootstrap, topic, {0: BEGINNING}, 300,
+                                                timeout_s=ADMIN_TIMEOUT_S)
+    assert consumed == expected_messages(records, offsets)
+    assert watermarks_confluent(broker.bootstrap, topic, 0) == (0, 300)

@@ -1,0 +1,508 @@
+"""QuorumController over a real `__cluster_metadata` UnifiedLog in a temp dir."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from kafka_ext.controller.quorum_controller import (
+    METADATA_VERSION_FEATURE,
+    ConfigChange,
+    QuorumController,
+    TopicCreation,
+)
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.server.config import format_config_value, validate_topic_config
+from kafka_ext.storage.log import UnifiedLog
+from kafka_ext.storage.log_config import LogConfig
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+async def _run_now(fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
+def _normalise(name: str, value: str) -> str:
+    """The broker's normaliser: validated by server.config, stored in canonical text form."""
+    return format_config_value(validate_topic_config(name, value)) or ""
+
+
+def _open_log(tmp_path: Path) -> UnifiedLog:
+    return UnifiedLog(tmp_path / "__cluster_metadata-0", LogConfig())
+
+
+def _controller(log: UnifiedLog, *, default_partitions: int = 3) -> QuorumController:
+    controller = QuorumController(
+        1, log, default_partitions=default_partitions, default_replication_factor=1,
+        validate_topic_config=_normalise, run_blocking=_run_now)
+    controller.load()
+    return controller
+
+
+@pytest.fixture
+async def metadata_log(tmp_path: Path) -> AsyncIterator[UnifiedLog]:
+    log = _open_log(tmp_path)
+    yield log
+    log.close()
+
+
+@pytest.fixture
+async def controller(metadata_log: UnifiedLog) -> QuorumController:
+    controller = _controller(metadata_log)
+    await controller.bootstrap()
+    return controller
+
+
+async def _create(controller: QuorumController, *creations: TopicCreation,
+                  validate_only: bool = False) -> list[Any]:
+    return await controller.create_topics(list(creations), validate_only)
+
+
+# -- bootstrap and load --------------------------------------------------------------------
+
+
+async def test_bootstrap_records_the_metadata_version_once(
+        controller: QuorumController, metadata_log: UnifiedLog) -> None:
+    assert controller.image.features[METADATA_VERSION_FEATURE] > 0
+    end = metadata_log.log_end_offset
+    await controller.bootstrap()
+    assert metadata_log.log_end_offset == end == 1
+
+
+async def test_reloading_the_log_rebuilds_the_committed_image(tmp_path: Path) -> None:
+    log = _open_log(tmp_path)
+    controller = _controller(log)
+    await controller.bootstrap()
+    await _create(controller, TopicCreation("orders", 2, configs={"retention.ms": "5000"}),
+                  TopicCreation("audit", 1))
+    await controller.delete_topics(["audit"])
+    await controller.create_partitions("orders", 4, None, validate_only=False)
+    before = controller.image
+    log.close()
+
+    reopened = _open_log(tmp_path)
+    again = _controller(reopened)
+    assert again.image == before
+    await again.bootstrap()  # not a fresh log: nothing appended
+    assert reopened.log_end_offset == before.offset + 1
+    reopened.close()
+
+
+# -- create_topics -------------------------------------------------------------------------
+
+
+async def test_create_topics_assigns_partitions_ids_and_configs(
+        controller: QuorumController) -> None:
+    [result] = await _create(controller, TopicCreation("orders", 3, 1,
+                                                       configs={"retention.ms": "60000"}))
+    assert result.error == ErrorCode.NONE
+    assert result.num_partitions == 3 and result.replication_factor == 1
+    assert result.topic_id != uuid.UUID(int=0)
+    assert result.configs == {"retention.ms": "60000"}
+    topic = controller.image.topics_by_name["orders"]
+    assert topic.topic_id == result.topic_id
+    assert controller.image.topics_by_id[result.topic_id] is topic
+    assert sorted(topic.partitions) == [0, 1, 2]
+    for partition in topic.partitions.values():
+        assert partition.replicas == (1,) and partition.isr == (1,)
+        assert partition.leader == 1 and partition.leader_epoch == 0
+    assert controller.image.topic_configs("orders") == {"retention.ms": "60000"}
+
+
+async def test_create_topics_uses_the_defaults_for_minus_one(
+        controller: QuorumController) -> None:
+    [result] = await _create(controller, TopicCreation("orders"))
+    assert (result.error, result.num_partitions, result.replication_factor) == (
+        ErrorCode.NONE, 3, 1)
+    assert len(controller.image.topics_by_name["orders"].partitions) == 3
+
+
+async def test_create_topics_stores_normalised_config_values(
+        controller: QuorumController) -> None:
+    [result] = await _create(controller, TopicCreation(
+        "orders", 1, configs={"cleanup.policy": "compact, delete"}))
+    assert result.error == ErrorCode.NONE
+    assert controller.image.topic_configs("orders") == {"cleanup.policy": "compact,delete"}
+
+
+async def test_create_topics_with_an_invalid_config_is_invalid_config(
+        controller: QuorumController, metadata_log: UnifiedLog) -> None:
+    end = metadata_log.log_end_offset
+    [result] = await _create(controller, TopicCreation(
+        "orders", 1, configs={"retention.ms": "soon"}))
+    assert result.error == ErrorCode.INVALID_CONFIG
+    assert "orders" not in controller.image.topics_by_name
+    assert metadata_log.log_end_offset == end
+
+
+async def test_create_topics_with_explicit_assignments(controller: QuorumController) -> None:
+    [result] = await _create(controller, TopicCreation("orders", assignments={0: [1], 1: [1]}))
+    assert (result.error, result.num_partitions, result.replication_factor) == (
+        ErrorCode.NONE, 2, 1)
+    assert sorted(controller.image.topics_by_name["orders"].partitions) == [0, 1]
+
+
+@pytest.mark.parametrize("assignments", [{0: [2]}, {0: [1, 1]}, {0: [1], 2: [1]}])
+async def test_create_topics_rejects_bad_assignments(
+        controller: QuorumController, assignments: dict[int, list[int]]) -> None:
+    [result] = await _create(controller, TopicCreation("orders", assignments=assignments))
+    assert result.error == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert "orders" not in controller.image.topics_by_name
+
+
+async def test_create_topics_rejects_assignments_with_a_partition_count(
+        controller: QuorumController) -> None:
+    [result] = await _create(controller, TopicCreation("orders", 1, assignments={0: [1]}))
+    assert result.error == ErrorCode.INVALID_REQUEST
+
+
+async def test_create_topics_rejects_a_name_listed_twice_and_creates_neither(
+        controller: QuorumController, metadata_log: UnifiedLog) -> None:
+    # Kafka (ControllerApis.createTopics) answers "Duplicate topic name." with INVALID_REQUEST
+    # for a name listed twice and creates none of its entries; other topics go ahead.
+    end = metadata_log.log_end_offset
+    results = await _create(controller, TopicCreation("orders", 1), TopicCreation("orders", 2),
+                            TopicCreation("audit", 1))
+    by_name: dict[str, set[ErrorCode]] = {}
+    for result in results:
+        by_name.setdefault(result.name, set()).add(result.error)
+    assert by_name == {"orders": {ErrorCode.INVALID_REQUEST}, "audit": {ErrorCode.NONE}}
+    assert sorted(controller.image.topics_by_name) == ["audit"]
+    assert metadata_log.log_end_offset > end
+
+
+async def test_create_topics_rejects_an_existing_topic(controller: QuorumController) -> None:
+    [first] = await _create(controller, TopicCreation("orders", 1))
+    [again] = await _create(controller, TopicCreation("orders", 5))
+    assert again.error == ErrorCode.TOPIC_ALREADY_EXISTS
+    topic = controller.image.topics_by_name["orders"]
+    assert topic.topic_id == first.topic_id and len(topic.partitions) == 1
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "with space", "é", "x" * 250])
+async def test_create_topics_rejects_illegal_names(
+        controller: QuorumController, name: str) -> None:
+    [result] = await _create(controller, TopicCreation(name, 1))
+    assert result.error == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert result.message
+    assert name not in controller.image.topics_by_name
+
+
+async def test_create_topics_accepts_a_name_of_249_chars(controller: QuorumController) -> None:
+    name = "a._-Z9" + "x" * 243
+    [result] = await _create(controller, TopicCreation(name, 1))
+    assert result.error == ErrorCode.NONE
+    assert name in controller.image.topics_by_name
+
+
+async def test_create_topics_rejects_replication_beyond_live_brokers(
+        controller: QuorumController) -> None:
+    [result] = await _create(controller, TopicCreation("orders", 1, 2))
+    assert result.error == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert "orders" not in controller.image.topics_by_name
+
+
+@pytest.mark.parametrize(("partitions", "factor", "error"), [
+    (0, 1, ErrorCode.INVALID_PARTITIONS),
+    (-5, 1, ErrorCode.INVALID_PARTITIONS),
+    (1, 0, ErrorCode.INVALID_REPLICATION_FACTOR),
+])
+async def test_create_topics_rejects_non_positive_counts(
+        controller: QuorumController, partitions: int, factor: int, error: ErrorCode) -> None:
+    [result] = await _create(controller, TopicCreation("orders", partitions, factor))
+    assert result.error == error
+
+
+async def test_create_topics_places_replicas_round_robin_over_live_brokers(
+        controller: QuorumController) -> None:
+    controller.live_brokers = {1, 2, 3}
+    [result] = await _create(controller, TopicCreation("orders", 3, 2))
+    assert result.error == ErrorCode.NONE
+    partitions = controller.image.topics_by_name["orders"].partitions
+    assert {p: partitions[p].replicas for p in partitions} == {
+        0: (1, 2), 1: (2, 3), 2: (3, 1)}
+    assert {p: partitions[p].leader for p in partitions} == {0: 1, 1: 2, 2: 3}
+
+
+async def test_create_topics_validate_only_writes_nothing(
+        controller: QuorumController, metadata_log: UnifiedLog) -> None:
+    end = metadata_log.log_end_offset
+    image = controller.image
+    [result] = await _create(controller, TopicCreation("orders", 2, 1), validate_only=True)
+    assert result.error == ErrorCode.NONE
+    assert result.num_partitions == 2
+    assert metadata_log.log_end_offset == end
+    assert controller.image is image
+
+
+async def test_create_topics_keeps_good_topics_when_one_fails(
+        controller: QuorumController) -> None:
+    results = await _create(controller, TopicCreation("good", 1), TopicCreation("bad/name", 1))
+    assert [(r.name, r.error) for r in results] == [
+        ("good", ErrorCode.NONE), ("bad/name", ErrorCode.INVALID_TOPIC_EXCEPTION)]
+    assert sorted(controller.image.topics_by_name) == ["good"]
+
+
+async def test_create_topics_appends_one_batch_for_the_whole_request(
+        controller: QuorumController, metadata_log: UnifiedLog) -> None:
+    end = metadata_log.log_end_offset
+    await _create(controller, TopicCreation("a", 2, configs={"retention.ms": "1"}),
+                  TopicCreation("b", 1))
+    # a: TopicRecord + 2 PartitionRecords + 1 ConfigRecord; b: TopicRecord + 1 PartitionRecord
+    assert metadata_log.log_end_offset == end + 6
+    assert controller.image.offset == end + 5
+    assert metadata_log.high_watermark == metadata_log.log_end_offset
+
+
+# -- delete_topics -------------------------------------------------------------------------
+
+
+async def test_delete_topics_removes_the_topic_and_its_configs(
+        controller: QuorumController) -> None:
+    [created] = await _create(controller, TopicCreation("orders", 2,
+                                                        configs={"retention.ms": "1000"}))
+    results = await controller.delete_topics(["orders", "missing"])
+    assert results == {
+        "orders": (ErrorCode.NONE, created.topic_id),
+        "missing": (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, uuid.UUID(int=0)),
+    }
+    assert "orders" not in controller.image.topics_by_name
+    assert created.topic_id not in controller.image.topics_by_id
+    assert controller.image.topic_configs("orders") == {}
+
+
+async def test_a_deleted_topic_can_be_created_again_with_a_new_id(
+        controller: QuorumController) -> None:
+    [first] = await _create(controller, TopicCreation("orders", 1, configs={"retention.ms": "1"}))
+    await controller.delete_topics(["orders"])
+    [second] = await _create(controller, TopicCreation("orders", 2))
+    assert second.error == ErrorCode.NONE and second.topic_id != first.topic_id
+    assert controller.image.topic_configs("orders") == {}
+    assert len(controller.image.topics_by_name["orders"].partitions) == 2
+
+
+async def test_delete_topics_of_unknown_names_writes_nothing(
+        controller: QuorumController, metadata_log: UnifiedLog) -> None:
+    end = metadata_log.log_end_offset
+    await controller.delete_topics(["missing"])
+    assert metadata_log.log_end_offset == end
+
+
+# -- create_partitions ---------------------------------------------------------------------
+
+
+async def test_create_partitions_grows_the_topic(controller: QuorumController) -> None:
+    await _create(controller, TopicCreation("orders", 2))
+    await controller.create_partitions("orders", 5, None, validate_only=False)
+    partitions = controller.image.topics_by_name["orders"].partitions
+    assert sorted(partitions) == [0, 1, 2, 3, 4]
+    assert all(p.replicas == (1,) and p.leader == 1 for p in partitions.values())
+
+
+async def test_create_partitions_with_assignments(controller: QuorumController) -> None:
+    controller.live_brokers = {1, 2}
+    await _create(controller, TopicCreation("orders", 1, 2))
+    await controller.create_partitions("orders", 3, [[2, 1], [1, 2]], validate_only=False)
+    partitions = controller.image.topics_by_name["orders"].partitions
+    assert partitions[1].replicas == (2, 1) and partitions[1].leader == 2
+    assert partitions[2].replicas == (1, 2)
+
+
+@pytest.mark.parametrize("count", [1, 2])
+async def test_create_partitions_rejects_shrink_and_same_count(
+        controller: QuorumController, metadata_log: UnifiedLog, count: int) -> None:
+    await _create(controller, TopicCreation("orders", 2))
+    end = metadata_log.log_end_offset
+    with pytest.raises(KafkaError) as caught:
+        await controller.create_partitions("orders", count, None, validate_only=False)
+    assert caught.value.code == ErrorCode.INVALID_PARTITIONS
+    assert metadata_log.log_end_offset == end
+    assert len(controller.image.topics_by_name["orders"].partitions) == 2
+
+
+async def test_create_partitions_of_an_unknown_topic(controller: QuorumController) -> None:
+    with pytest.raises(KafkaError) as caught:
+        await controller.create_partitions("missing", 3, None, validate_only=False)
+    assert caught.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+@pytest.mark.parametrize("assignments", [[[1]], [[1], [1], [1]], [[7], [1]], [[1, 1], [1]]])
+async def test_create_partitions_rejects_bad_assignments(
+        controller: QuorumController, assignments: list[list[int]]) -> None:
+    await _create(controller, TopicCreation("orders", 1))
+    with pytest.raises(KafkaError) as caught:
+        await controller.create_partitions("orders", 3, assignments, validate_only=False)
+    assert caught.value.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert len(controller.image.topics_by_name["orders"].partitions) == 1
+
+
+async def test_create_partitions_validate_only_writes_nothing(
+        controller: QuorumController, metadata_log: UnifiedLog) -> None:
+    await _create(controller, TopicCreation("orders", 1))
+    end = metadata_log.log_end_offset
+    await controller.create_partitions("orders", 4, None, validate_only=True)
+    assert metadata_log.log_end_offset == end
+    assert len(controller.image.topics_by_name["orders"].partitions) == 1
+
+
+# -- alter_configs -------------------------------------------------------------------------
+
+
+async def _topic_with_configs(controller: QuorumController, configs: dict[str, str]) -> None:
+    [result] = await _create(controller, TopicCreation("orders", 1, configs=configs))
+    assert result.error == ErrorCode.NONE
+
+
+async def test_alter_configs_set_adds_and_overwrites(controller: QuorumController) -> None:
+    await _topic_with_configs(controller, {"retention.ms": "1000"})
+    await controller.alter_configs(TOPIC_RESOURCE, "orders", [
+        ConfigChange("retention.ms", SET, "2000"),
+        ConfigChange("segment.bytes", SET, "1048576"),
+    ], validate_only=False)
+    assert controller.image.topic_configs("orders") == {
+        "retention.ms": "2000", "segment.bytes": "1048576"}
+
+
+async def test_alter_configs_delete_removes_the_override(
+        controller: QuorumController) -> None:
+    await _topic_with_configs(controller, {"retention.ms": "1000", "segment.bytes": "1048576"})
+    await controller.alter_configs(TOPIC_RESOURCE, "orders", [
+        ConfigChange("retention.ms", DELETE, None),
+        ConfigChange("max.message.bytes", DELETE, None),  # not set: nothing to do
+    ], validate_only=False)
+    assert controller.image.topic_configs("orders") == {"segment.bytes": "1048576"}
+
+
+async def test_alter_configs_append_adds_missing_list_items(
+        controller: QuorumController) -> None:
+    await _topic_with_configs(controller, {"cleanup.policy": "delete"})
+    await controller.alter_configs(TOPIC_RESOURCE, "orders", [
+        ConfigChange("cleanup.policy", APPEND, "compact,delete")], validate_only=False)
+    assert controller.image.topic_configs("orders") == {"cleanup.policy": "delete,compact"}
+
+
+async def test_alter_configs_subtract_removes_list_items(controller: QuorumController) -> None:
+    await _topic_with_configs(controller, {"cleanup.policy": "delete,compact"})
+    await controller.alter_configs(TOPIC_RESOURCE, "orders", [
+        ConfigChange("cleanup.policy", SUBTRACT, "delete")], validate_only=False)
+    assert controller.image.topic_configs("orders") == {"cleanup.policy": "compact"}
+
+
+@pytest.mark.parametrize("op", [APPEND, SUBTRACT])
+async def test_alter_configs_append_and_subtract_apply_only_to_list_configs(
+        controller: QuorumController, metadata_log: UnifiedLog, op: int) -> None:
+    # Kafka refuses APPEND/SUBTRACT on a non-list config with INVALID_CONFIG, even when the
+    # resulting text would happen to parse (here: no current value, append "5000").
+    await _topic_with_configs(controller, {})
+    end = metadata_log.log_end_offset
+    with pytest.raises(KafkaError) as caught:
+        await controller.alter_configs(TOPIC_RESOURCE, "orders", [
+            ConfigChange("retention.ms", op, "5000")], validate_only=False)
+    assert caught.value.code == ErrorCode.INVALID_CONFIG
+    assert metadata_log.log_end_offset == end
+
+
+async def test_alter_configs_is_all_or_nothing(
+        controller: QuorumController, metadata_log: UnifiedLog) -> None:
+    await _topic_with_configs(controller, {"retention.ms": "1000"})
+    end = metadata_log.log_end_offset
+    with pytest.raises(KafkaError) as caught:
+        await controller.alter_configs(TOPIC_RESOURCE, "orders", [
+            ConfigChange("segment.bytes", SET, "1048576"),
+            ConfigChange("retention.ms", SET, "not-a-number"),
+        ], validate_only=False)
+    assert caught.value.code == ErrorCode.INVALID_CONFIG
+    assert metadata_log.log_end_offset == end
+    assert controller.image.topic_configs("orders") == {"retention.ms": "1000"}
+
+
+async def test_alter_configs_rejects_unknown_names_and_null_set(
+        controller: QuorumController) -> None:
+    await _topic_with_configs(controller, {})
+    for change in (ConfigChange("no.such.config", SET, "1"),
+                   ConfigChange("retention.ms", SET, None)):
+        with pytest.raises(KafkaError) as caught:
+            await controller.alter_configs(TOPIC_RESOURCE, "orders", [change],
+                                           validate_only=False)
+        assert caught.value.code == ErrorCode.INVALID_CONFIG
+
+
+async def test_alter_configs_rejects_an_unknown_operation(controller: QuorumController) -> None:
+    await _topic_with_configs(controller, {})
+    with pytest.raises(KafkaError) as caught:
+        await controller.alter_configs(TOPIC_RESOURCE, "orders",
+                                       [ConfigChange("retention.ms", 9, "1")], validate_only=False)
+    assert caught.value.code == ErrorCode.INVALID_REQUEST
+
+
+async def test_alter_configs_of_an_unknown_topic(controller: QuorumController) -> None:
+    with pytest.raises(KafkaError) as caught:
+        await controller.alter_configs(TOPIC_RESOURCE, "missing",
+                                       [ConfigChange("retention.ms", SET, "1")],
+                                       validate_only=False)
+    assert caught.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_alter_configs_of_a_broker_is_refused(controller: QuorumController) -> None:
+    with pytest.raises(KafkaError) as caught:
+        await controller.alter_configs(BROKER_RESOURCE, "1",
+                                       [ConfigChange("log.retention.ms", SET, "1")],
+                                       validate_only=False)
+    assert caught.value.code == ErrorCode.INVALID_CONFIG
+    assert controller.image.configs.get((BROKER_RESOURCE, "1"), {}) == {}
+
+
+async def test_alter_configs_replace_all_makes_the_changes_the_whole_set(
+        controller: QuorumController) -> None:
+    await _topic_with_configs(controller, {"retention.ms": "1000", "segment.bytes": "1048576"})
+    await controller.alter_configs(TOPIC_RESOURCE, "orders", [
+        ConfigChange("retention.ms", SET, "2000")], validate_only=False, replace_all=True)
+    assert controller.image.topic_configs("orders") == {"retention.ms": "2000"}
+    await controller.alter_configs(TOPIC_RESOURCE, "orders", [], validate_only=False,
+                                   replace_all=True)
+    assert controller.image.topic_configs("orders") == {}
+
+
+async def test_alter_configs_writes_only_what_changed(
+        controller: QuorumController, metadata_log: UnifiedLog) -> None:
+    await _topic_with_configs(controller, {"retention.ms": "1000"})
+    end = metadata_log.log_end_offset
+    await controller.alter_configs(TOPIC_RESOURCE, "orders", [
+        ConfigChange("retention.ms", SET, "1000")], validate_only=False)
+    assert metadata_log.log_end_offset == end
+
+
+async def test_alter_configs_validate_only_writes_nothing(
+        controller: QuorumController, metadata_log: UnifiedLog) -> None:
+    await _topic_with_configs(controller, {"retention.ms": "1000"})
+    end = metadata_log.log_end_offset
+    await controller.alter_configs(TOPIC_RESOURCE, "orders", [
+        ConfigChange("retention.ms", SET, "5000")], validate_only=True)
+    assert metadata_log.log_end_offset == end
+    assert controller.image.topic_configs("orders") == {"retention.ms": "1000"}
+
+
+# -- listeners -----------------------------------------------------------------------------
+
+
+async def test_listeners_get_the_old_and_new_image_of_each_commit(
+        controller: QuorumController) -> None:
+    seen: list[tuple[MetadataImage, MetadataImage]] = []
+    controller.listeners.append(lambda old, new: seen.append((old, new)))
+    start = controller.image
+    await _create(controller, TopicCreation("orders", 1))
+    await _create(controller, TopicCreation("orders", 1))  # already exists: no commit
+    await controller.delete_topics(["orders"])
+    assert len(seen) == 2
+    (old1, new1), (old2, new2) = seen
+    assert old1 is start and "orders" not in old1.topics_by_name
+    assert "orders" in new1.topics_by_name
+    assert old2 is new1 and "orders" not in new2.topics_by_name
+    assert new2 is controller.image
+    assert new1.offset < new2.offset

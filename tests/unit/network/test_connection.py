@@ -1,0 +1,317 @@
+"""KafkaConnection on a real asyncio loop, with a recording transport in place of a socket."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from kafka_ext.network.connection import (
+    MAX_IN_FLIGHT_REQUESTS,
+    CloseConnection,
+    KafkaConnection,
+)
+
+_SIZE = struct.Struct(">i")  # frame length prefix
+
+
+class RecordingTransport:
+    """The transport calls KafkaConnection makes, recorded; close() reports loss like asyncio."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.reading = True
+        self.pause_calls = 0
+        self.resume_calls = 0
+        self.closed = False
+        self.write_buffer_high: int | None = None
+        self.protocol: KafkaConnection | None = None
+
+    def write(self, data: Any) -> None:
+        self.written += data
+
+    def writelines(self, parts: list[Any]) -> None:
+        for part in parts:
+            self.written += part
+
+    def pause_reading(self) -> None:
+        assert self.reading, "paused twice"
+        self.reading = False
+        self.pause_calls += 1
+
+    def resume_reading(self) -> None:
+        assert not self.reading, "resumed while reading"
+        self.reading = True
+        self.resume_calls += 1
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            assert self.protocol is not None
+            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 50000) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self.write_buffer_high = high
+
+
+Handler = Callable[[KafkaConnection, bytes], Awaitable[list[Any] | None]]
+
+
+def _frame(body: bytes) -> bytes:
+    return _SIZE.pack(len(body)) + body
+
+
+def _responses(written: bytes | bytearray) -> list[bytes]:
+    """Split what was written into response bodies (each echoed with a b'r:' prefix)."""
+    out, pos = [], 0
+    while pos < len(written):
+        (size,) = _SIZE.unpack_from(written, pos)
+        out.append(bytes(written[pos + 4:pos + 4 + size]))
+        pos += 4 + size
+    assert pos == len(written)
+    return out
+
+
+async def _echo(conn: KafkaConnection, frame: bytes) -> list[Any]:
+    body = b"r:" + frame
+    return [_SIZE.pack(len(body)), memoryview(body)]
+
+
+class Harness:
+    """A connection wired to a RecordingTransport; records on_close calls."""
+
+    def __init__(self, handler: Handler, max_request_bytes: int = 1024) -> None:
+        self.closed_with: list[KafkaConnection] = []
+        self.conn = KafkaConnection(handler, max_request_bytes, self.closed_with.append)
+        self.transport = RecordingTransport()
+        self.transport.protocol = self.conn
+        self.conn.connection_made(self.transport)  # type: ignore[arg-type]
+
+    async def settle(self, until: Callable[[], bool]) -> None:
+        """Let the loop run until `until()` holds (bounded number of turns, no sleeping)."""
+        for _ in range(1000):
+            if until():
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("condition never held")
+
+
+async def test_connection_made_records_the_peer_and_bounds_the_write_buffer() -> None:
+    h = Harness(_echo)
+    assert h.conn.peer == "127.0.0.1:50000"
+    assert h.transport.write_buffer_high is not None and h.transport.write_buffer_high > 0
+
+
+async def test_one_frame_gets_one_response() -> None:
+    h = Harness(_echo)
+    h.conn.data_received(_frame(b"hello"))
+    await h.settle(lambda: h.conn.idle)
+    assert _responses(h.transport.written) == [b"r:hello"]
+
+
+async def test_several_frames_in_one_read_all_run() -> None:
+    h = Harness(_echo)
+    h.conn.data_received(b"".join(_frame(b"req%d" % i) for i in range(5)))
+    await h.settle(lambda: h.conn.idle)
+    assert _responses(h.transport.written) == [b"r:req%d" % i for i in range(5)]
+
+
+async def test_a_frame_split_across_many_reads_is_assembled() -> None:
+    h = Harness(_echo)
+    data = _frame(b"split-body") + _frame(b"next")
+    for i in range(len(data)):  # one byte at a time, the size prefix included
+        h.conn.data_received(data[i:i + 1])
+    await h.settle(lambda: h.conn.idle)
+    assert _responses(h.transport.written) == [b"r:split-body", b"r:next"]
+
+
+async def test_a_trailing_partial_frame_waits_for_its_rest() -> None:
+    h = Harness(_echo)
+    whole, partial = _frame(b"first"), _frame(b"second")
+    h.conn.data_received(whole + partial[:6])
+    await h.settle(lambda: h.conn.idle)
+    assert _responses(h.transport.written) == [b"r:first"]
+    h.conn.data_received(partial[6:])
+    await h.settle(lambda: h.conn.idle)
+    assert _responses(h.transport.written) == [b"r:first", b"r:second"]
+
+
+async def test_an_empty_frame_is_handed_to_the_handler() -> None:
+    h = Harness(_echo)
+    h.conn.data_received(_frame(b""))
+    await h.settle(lambda: h.conn.idle)
+    assert _responses(h.transport.written) == [b"r:"]
+
+
+async def test_responses_go_out_in_request_order_when_handlers_finish_out_of_order() -> None:
+    release_first = asyncio.Event()
+    finished: list[bytes] = []
+
+    async def handler(conn: KafkaConnection, frame: bytes) -> list[Any]:
+        if frame == b"slow":
+            await release_first.wait()
+        finished.append(frame)
+        return await _echo(conn, frame)
+
+    h = Harness(handler)
+    h.conn.data_received(_frame(b"slow") + _frame(b"fast1"))
+    h.conn.data_received(_frame(b"fast2"))
+    await h.settle(lambda: finished == [b"fast1", b"fast2"])
+    assert h.transport.written == b""  # the later answers wait for the first
+    assert not h.conn.idle
+    release_first.set()
+    await h.settle(lambda: h.conn.idle)
+    assert finished == [b"fast1", b"fast2", b"slow"]
+    assert _responses(h.transport.written) == [b"r:slow", b"r:fast1", b"r:fast2"]
+
+
+async def test_a_request_without_response_keeps_the_order_of_the_others() -> None:
+    release_first = asyncio.Event()
+    finished: list[bytes] = []
+
+    async def handler(conn: KafkaConnection, frame: bytes) -> list[Any] | None:
+        if frame == b"slow":
+            await release_first.wait()
+        finished.append(frame)
+        if frame == b"acks0":
+            return None
+        return await _echo(conn, frame)
+
+    h = Harness(handler)
+    h.conn.data_received(_frame(b"slow") + _frame(b"acks0") + _frame(b"after"))
+    await h.settle(lambda: finished == [b"acks0", b"after"])
+    assert h.transport.written == b""
+    release_first.set()
+    await h.settle(lambda: h.conn.idle)
+    assert _responses(h.transport.written) == [b"r:slow", b"r:after"]
+
+
+@pytest.mark.parametrize("prefix", [b"\x80\x00\x00\x00", b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff"],
+                         ids=["2GiB", "2GiB-1", "minus-1"])
+async def test_a_lying_size_prefix_closes_on_the_prefix_alone(prefix: bytes) -> None:
+    calls: list[bytes] = []
+
+    async def handler(conn: KafkaConnection, frame: bytes) -> list[Any]:
+        calls.append(frame)
+        return []
+
+    h = Harness(handler)
+    h.conn.data_received(prefix)  # no body byte sent: the close must not wait for one
+    assert h.transport.closed
+    await h.settle(lambda: bool(h.closed_with))
+    assert h.closed_with == [h.conn] and h.conn.closed
+    assert calls == [] and h.transport.written == b""
+
+
+async def test_a_size_above_max_request_bytes_closes_before_the_body_arrives() -> None:
+    h = Harness(_echo, max_request_bytes=100)
+    h.conn.data_received(_SIZE.pack(101))
+    assert h.transport.closed
+
+
+async def test_a_size_of_exactly_max_request_bytes_is_served() -> None:
+    h = Harness(_echo, max_request_bytes=100)
+    h.conn.data_received(_frame(b"m" * 100))
+    await h.settle(lambda: h.conn.idle)
+    assert not h.transport.closed
+    assert _responses(h.transport.written) == [b"r:" + b"m" * 100]
+
+
+async def test_an_oversized_frame_drops_the_connection_with_its_pending_answers() -> None:
+    h = Harness(_echo, max_request_bytes=100)
+    h.conn.data_received(_frame(b"ok") + _SIZE.pack(1 << 20))
+    assert h.transport.closed
+    await h.settle(lambda: bool(h.closed_with))
+    # The connection is gone, so nothing more may be written for it.
+    assert h.transport.written == b""
+
+
+async def test_a_handler_raising_close_connection_closes_it() -> None:
+    async def handler(conn: KafkaConnection, frame: bytes) -> list[Any]:
+        raise CloseConnection("unsupported API key 999")
+
+    h = Harness(handler)
+    h.conn.data_received(_frame(b"bad"))
+    await h.settle(lambda: bool(h.closed_with))
+    assert h.transport.closed and h.transport.written == b""
+
+
+async def test_a_handler_bug_closes_only_this_connection() -> None:
+    async def handler(conn: KafkaConnection, frame: bytes) -> list[Any]:
+        raise RuntimeError("bug")
+
+    h = Harness(handler)
+    other = Harness(_echo)
+    h.conn.data_received(_frame(b"boom"))
+    other.conn.data_received(_frame(b"fine"))
+    await h.settle(lambda: bool(h.closed_with) and other.conn.idle)
+    assert h.transport.closed
+    assert not other.transport.closed
+    assert _responses(other.transport.written) == [b"r:fine"]
+
+
+async def test_connection_lost_cancels_running_handlers() -> None:
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def handler(conn: KafkaConnection, frame: bytes) -> list[Any]:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return []
+
+    h = Harness(handler)
+    h.conn.data_received(_frame(b"long-poll"))
+    await started.wait()
+    h.conn.connection_lost(None)
+    await cancelled.wait()
+    assert h.closed_with == [h.conn]
+    assert h.transport.written == b""
+
+
+async def test_pause_writing_pauses_reading_until_resume_writing() -> None:
+    h = Harness(_echo)
+    h.conn.pause_writing()
+    assert not h.transport.reading
+    h.conn.resume_writing()
+    assert h.transport.reading
+    assert (h.transport.pause_calls, h.transport.resume_calls) == (1, 1)
+
+
+async def test_too_many_requests_in_flight_pause_reading_until_answered() -> None:
+    release = asyncio.Event()
+
+    async def handler(conn: KafkaConnection, frame: bytes) -> list[Any]:
+        await release.wait()
+        return await _echo(conn, frame)
+
+    h = Harness(handler)
+    frames = [_frame(b"%d" % i) for i in range(MAX_IN_FLIGHT_REQUESTS)]
+    h.conn.data_received(b"".join(frames[:-1]))
+    assert h.transport.reading
+    h.conn.data_received(frames[-1])
+    assert not h.transport.reading
+    release.set()
+    await h.settle(lambda: h.conn.idle)
+    assert h.transport.reading
+    assert (h.transport.pause_calls, h.transport.resume_calls) == (1, 1)
+    assert _responses(h.transport.written) == [b"r:%d" % i for i in range(MAX_IN_FLIGHT_REQUESTS)]
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 64])
+async def test_pipelined_frames_in_arbitrary_chunks_come_back_in_order(chunk: int) -> None:
+    h = Harness(_echo)
+    data = b"".join(_frame(b"m%03d" % i + b"z" * (i % 5)) for i in range(40))
+    for pos in range(0, len(data), chunk):
+        h.conn.data_received(data[pos:pos + chunk])
+    await h.settle(lambda: h.conn.idle)
+    assert _responses(h.transport.written) == [b"r:m%03d" % i + b"z" * (i % 5) for i in range(40)]
