@@ -26,6 +26,8 @@ from kafka_ext.server.config import TOPIC_CONFIGS, ConfigError, ConfigType
 log = logging.getLogger(__name__)
 
 MAX_TOPIC_NAME_LENGTH = 249
+# Kafka's controller bounds the records one request may generate (MAX_RECORDS_PER_USER_OP).
+MAX_RECORDS_PER_USER_OP = 10000
 _LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 METADATA_VERSION_FEATURE = "metadata.version"
 METADATA_VERSION_LEVEL = 22  # 4.0-IV3
@@ -132,6 +134,11 @@ class QuorumController:
                     topic_records = self._topic_records(creation, result)
                 except KafkaError as exc:
                     result.error, result.message = exc.code, exc.message
+                    continue
+                if len(records) + len(topic_records) > MAX_RECORDS_PER_USER_OP:
+                    results[-1] = TopicCreationResult(
+                        creation.name, ErrorCode.POLICY_VIOLATION,
+                        "Excessively large number of partitions per request.")
                     continue
                 if not validate_only:
                     records.extend(topic_records)
@@ -255,6 +262,9 @@ class QuorumController:
                 self._check_replicas(new)
             else:
                 new = self._place(count - current, topic.replication_factor, first=current)
+            if len(new) > MAX_RECORDS_PER_USER_OP:
+                raise KafkaError(ErrorCode.POLICY_VIOLATION,
+                                 "Excessively large number of partitions per request.")
             if validate_only:
                 return
             await self._commit([self._partition_record(topic.topic_id, p, r)

@@ -48,6 +48,8 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.log_config_for = log_config_for  # (topic name) -> LogConfig
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Partitions the metadata gives us whose log could not be opened (e.g. out of fds).
+        self.storage_errors: dict[TopicPartition, str] = {}
         self._data_waiters: dict[TopicPartition, set[asyncio.Event]] = {}
 
     # -- metadata changes --------------------------------------------------------------------
@@ -57,7 +59,14 @@ class ReplicaManager:
         for topic in new.topics_by_name.values():
             for part in topic.partitions.values():
                 if self.node_id in part.replicas:
-                    self._ensure_partition(topic, part)
+                    tp = (topic.name, part.partition_id)
+                    try:
+                        self._ensure_partition(topic, part)
+                    except OSError as exc:  # this partition only; retried on the next image
+                        log.error("cannot open the log of %s-%d: %s", *tp, exc)
+                        self.storage_errors[tp] = str(exc)
+                    else:
+                        self.storage_errors.pop(tp, None)
             if old is not None and old.topic_configs(topic.name) != new.topic_configs(topic.name):
                 for p in topic.partitions:
                     hosted = self.partitions.get((topic.name, p))
@@ -94,6 +103,9 @@ class ReplicaManager:
     def leader_partition(self, topic: str, partition: int) -> Partition:
         hosted = self.partitions.get((topic, partition))
         if hosted is None:
+            if (topic, partition) in self.storage_errors:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                 self.storage_errors[(topic, partition)])
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"This server does not host this topic-partition: {topic}-{partition}")
         if not hosted.is_leader:

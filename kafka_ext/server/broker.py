@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 import time
 from collections.abc import Callable
@@ -216,10 +217,18 @@ def _formatted_cluster_id(config: BrokerConfig) -> str:
     return config.cluster_id
 
 
+def _raise_open_file_limit() -> None:
+    """Every segment holds a few descriptors (log, index maps): use all the OS allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def run(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM or SIGINT (the `kafka-ext server` command)."""
     logging.basicConfig(level=logging.DEBUG if os.environ.get("KAFKAEXT_DEBUG") else logging.INFO,
                         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    _raise_open_file_limit()
     try:
         import uvloop
         runner: Any = uvloop.run

@@ -82,6 +82,8 @@ class RequestDispatcher:
         ctx = RequestContext(header, api_version, self.broker, conn)
         try:
             response = await handler(ctx, request)
+        except CloseConnection:
+            raise
         except KafkaError as exc:
             response = self._error_response(api_key, api_version, exc.code)
             if response is None:

@@ -38,7 +38,9 @@ async def handle_metadata(ctx: Any, request: Any) -> Any:
             if name is None and entry.topic_id != ZERO_UUID:
                 found = image.topics_by_id.get(entry.topic_id)
                 if found is None:
-                    topics.append(_Topic(error_code=int(ErrorCode.UNKNOWN_TOPIC_ID), name=None,
+                    # The name is nullable only from v12: older versions answer "".
+                    topics.append(_Topic(error_code=int(ErrorCode.UNKNOWN_TOPIC_ID),
+                                         name=None if ctx.api_version >= 12 else "",
                                          topic_id=entry.topic_id))
                     continue
                 name = found.name
