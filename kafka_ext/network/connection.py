@@ -3,7 +3,11 @@
 Kafka's contract: responses on a connection go out in request order, yet a slow request (a
 long-polling fetch) must not stop the decoding of the next ones. Each frame gets a slot in a
 queue; handlers fill their slot whenever they finish and the head of the queue is flushed.
-The frame size is checked against `socket.request.max.bytes` before a body byte is buffered.
+
+Receiving is a BufferedProtocol: small frames are read into one scratch buffer and copied out
+once; a frame larger than the scratch buffer gets a bytearray of its own that the socket fills
+directly, so a 1 MiB produce is never copied on its way in. The frame size is checked against
+`socket.request.max.bytes` before that buffer is allocated.
 """
 
 from __future__ import annotations
@@ -15,15 +19,17 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kafka_ext.protocol.framing import FrameTooLarge, frame_size
+from kafka_ext.protocol.framing import SIZE, FrameTooLarge
 
 log = logging.getLogger(__name__)
 
 # A request handler: frame in, response buffers out (None: no response, e.g. acks=0 produce).
-FrameHandler = Callable[["KafkaConnection", bytes], Awaitable[list[Any] | None]]
+FrameHandler = Callable[["KafkaConnection", bytes | bytearray], Awaitable[list[Any] | None]]
 
 # Stop reading from a client that has this many requests in flight (pipelining bound).
 MAX_IN_FLIGHT_REQUESTS = 256
+# Frames up to this size are gathered in the scratch buffer; larger ones get their own.
+SCRATCH_BYTES = 64 * 1024
 
 
 class CloseConnection(Exception):
@@ -38,7 +44,7 @@ class _Slot:
         self.parts: list[Any] | None = None
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     """Guarded by the event loop: every callback and task runs on it."""
 
     def __init__(self, handler: FrameHandler, max_request_bytes: int,
@@ -46,7 +52,11 @@ class KafkaConnection(asyncio.Protocol):
         self._handler = handler
         self._max_request_bytes = max_request_bytes
         self._on_close = on_close
-        self._buffer = bytearray()
+        self._scratch = bytearray(SCRATCH_BYTES)
+        self._scratch_view = memoryview(self._scratch)
+        self._scratch_filled = 0
+        self._large_frame: bytearray | None = None  # a frame bigger than the scratch buffer
+        self._large_filled = 0
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._transport: asyncio.Transport | None = None
@@ -82,38 +92,63 @@ class KafkaConnection(asyncio.Protocol):
         self._write_paused = False
         self._update_reading()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._large_frame is not None:
+            return memoryview(self._large_frame)[self._large_filled:]
+        return self._scratch_view[self._scratch_filled:]
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
-        buffer = self._buffer
-        buffer += data
-        offset = 0
-        try:
-            while True:
-                size = frame_size(buffer, self._max_request_bytes, offset)
-                if size is None or len(buffer) - offset - 4 < size:
-                    break
-                frame = bytes(buffer[offset + 4:offset + 4 + size])  # one copy; buffer compacts
-                offset += 4 + size
-                self._start(frame)
-        except FrameTooLarge as exc:
-            log.warning("closing %s: %s", self.peer, exc.message)
-            self.close()
-            return
-        finally:
-            if offset:
-                del buffer[:offset]
+        large = self._large_frame
+        if large is not None:
+            self._large_filled += nbytes
+            if self._large_filled == len(large):
+                self._large_frame = None
+                self._start(large)
+        else:
+            self._scratch_filled += nbytes
+            try:
+                self._frames_from_scratch()
+            except FrameTooLarge as exc:
+                log.warning("closing %s: %s", self.peer, exc.message)
+                self.close()
+                return
         self._update_reading()
+
+    def _frames_from_scratch(self) -> None:
+        """Start every whole frame in the scratch buffer; keep the partial tail at its front."""
+        view = self._scratch_view
+        end = self._scratch_filled
+        pos = 0
+        while end - pos >= 4:
+            (size,) = SIZE.unpack_from(view, pos)
+            if not 0 <= size <= self._max_request_bytes:
+                raise FrameTooLarge(size, self._max_request_bytes)
+            body = pos + 4
+            if end - body >= size:
+                self._start(bytes(view[body:body + size]))
+                pos = body + size
+                continue
+            if 4 + size > len(view):  # will never fit: read the rest straight into its own buffer
+                frame = bytearray(size)
+                frame[:end - body] = view[body:end]
+                self._large_frame, self._large_filled = frame, end - body
+                pos = end
+            break
+        if pos:
+            view[:end - pos] = view[pos:end]
+            self._scratch_filled = end - pos
 
     # -- requests ----------------------------------------------------------------------------
 
-    def _start(self, frame: bytes) -> None:
+    def _start(self, frame: bytes | bytearray) -> None:
         slot = _Slot()
         self._slots.append(slot)
         task = asyncio.get_running_loop().create_task(self._run(slot, frame))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, slot: _Slot, frame: bytes) -> None:
+    async def _run(self, slot: _Slot, frame: bytes | bytearray) -> None:
         try:
             slot.parts = await self._handler(self, frame)
         except CloseConnection as exc:

@@ -32,9 +32,13 @@ def read_uvarint(buf: Any, pos: int) -> tuple[int, int]:
         byte = buf[pos]
         if byte < 0x80:
             return byte, pos + 1
-        value = byte & 0x7F
-        shift = 7
-        pos += 1
+        # Two bytes (128..16383) is the usual size of a records length: no loop for it.
+        second = buf[pos + 1]
+        if second < 0x80:
+            return (byte & 0x7F) | (second << 7), pos + 2
+        value = (byte & 0x7F) | ((second & 0x7F) << 7)
+        shift = 14
+        pos += 2
         while True:
             byte = buf[pos]
             pos += 1
@@ -91,7 +95,11 @@ def read_nullable_string(buf: Any, pos: int) -> tuple[str | None, int]:
 
 
 def read_compact_string(buf: Any, pos: int) -> tuple[str, int]:
-    size, pos = read_uvarint(buf, pos)
+    size = buf[pos]  # one-byte length (up to 126 characters) without a call
+    if size < 0x80:
+        pos += 1
+    else:
+        size, pos = read_uvarint(buf, pos)
     if size == 0:
         raise DecodeError("null for a non-nullable compact string")
     end = _slice(buf, pos, size - 1)
@@ -99,7 +107,11 @@ def read_compact_string(buf: Any, pos: int) -> tuple[str, int]:
 
 
 def read_compact_nullable_string(buf: Any, pos: int) -> tuple[str | None, int]:
-    size, pos = read_uvarint(buf, pos)
+    size = buf[pos]  # one-byte length (up to 126 characters) without a call
+    if size < 0x80:
+        pos += 1
+    else:
+        size, pos = read_uvarint(buf, pos)
     if size == 0:
         return None, pos
     end = _slice(buf, pos, size - 1)
@@ -250,10 +262,32 @@ def check_array_count(buf: Any, pos: int, count: int) -> None:
         raise DecodeError(f"array of {count} elements in {len(buf) - pos} remaining bytes")
 
 
+# Arrays of fixed-size values ([]int32, ...) are read and written with one Struct per element
+# count. Those for short arrays (the usual replica lists) are built here once; generated code
+# indexes this tuple directly and calls `array_struct` only for longer arrays.
+ARRAY_STRUCTS_CACHED = 64
+
+
+def _array_structs(code: str) -> tuple[struct.Struct, ...]:
+    return tuple(struct.Struct(f">{count}{code}") for count in range(ARRAY_STRUCTS_CACHED))
+
+
+ARRAY_STRUCTS: dict[str, tuple[struct.Struct, ...]] = {
+    code: _array_structs(code) for code in ("?", "b", "h", "H", "i", "I", "q", "d")}
+
+
+def array_struct(code: str, count: int) -> struct.Struct:
+    """The Struct for `count` values of format `code`; only short arrays are cached, so a peer
+    sending many distinct long counts cannot grow memory."""
+    if count < ARRAY_STRUCTS_CACHED:
+        return ARRAY_STRUCTS[code][count]
+    return struct.Struct(f">{count}{code}")
+
+
 def struct_unpack_array(code: str, count: int, buf: Any, pos: int) -> tuple[Any, ...]:
-    """`count` fixed-size values at once; struct caches the compiled format."""
-    return struct.unpack_from(f">{count}{code}", buf, pos)
+    """`count` fixed-size values at once."""
+    return array_struct(code, count).unpack_from(buf, pos)
 
 
 def struct_pack_array(code: str, items: Sequence[Any]) -> bytes:
-    return struct.pack(f">{len(items)}{code}", *items)
+    return array_struct(code, len(items)).pack(*items)

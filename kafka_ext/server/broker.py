@@ -9,6 +9,7 @@ clean-shutdown marker, so the next start skips recovery.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import resource
@@ -120,6 +121,7 @@ class Broker:
 
     async def start(self) -> None:
         registry()  # compile every schema before the first request
+        _tune_garbage_collector()
         await self.run_blocking(self.log_manager.load)
         metadata_log = self.log_manager.get_log(METADATA_TOPIC, 0)
         if metadata_log is None:
@@ -215,6 +217,14 @@ def _formatted_cluster_id(config: BrokerConfig) -> str:
         if meta is not None:
             return meta.cluster_id
     return config.cluster_id
+
+
+def _tune_garbage_collector() -> None:
+    """Decoded requests are many small objects: collect young objects less often, and move
+    everything built at start-up (schemas, generated code) out of the collector's sight."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 50)
 
 
 def _raise_open_file_limit() -> None:

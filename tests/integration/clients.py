@@ -307,9 +307,9 @@ def consume_confluent(bootstrap: str, topic: str, start: Mapping[int, int], coun
 
 def kafka_python_consumer(bootstrap: str, config: Mapping[str, Any] | None = None
                           ) -> kafka.KafkaConsumer:
-    return kafka.KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                               enable_auto_commit=False, auto_offset_reset="earliest",
-                               **(config or {}))
+    return kafka.KafkaConsumer(**{"bootstrap_servers": bootstrap, "group_id": None,
+                                  "enable_auto_commit": False, "auto_offset_reset": "earliest",
+                                  **(config or {})})
 
 
 def consume_kafka_python(bootstrap: str, topic: str, start: Mapping[int, int], count: int,
@@ -345,9 +345,9 @@ def consume_aiokafka(bootstrap: str, topic: str, start: Mapping[int, int], count
     """Read `count` messages with aiokafka from {partition: offset} (-2 earliest, -1 latest)."""
 
     async def run() -> list[Message]:
-        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                             enable_auto_commit=False,
-                                             auto_offset_reset="earliest", **(config or {}))
+        consumer = aiokafka.AIOKafkaConsumer(**{
+            "bootstrap_servers": bootstrap, "group_id": None, "enable_auto_commit": False,
+            "auto_offset_reset": "earliest", **(config or {})})
         await consumer.start()
         try:
             tps = {p: aiokafka.TopicPartition(topic, p) for p in start}

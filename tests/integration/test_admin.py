@@ -21,11 +21,14 @@ from aiokafka.admin.config_resource import ConfigResourceType as AioConfigResour
 from clients import (
     ADMIN_TIMEOUT_S,
     confluent_admin,
+    consume_confluent,
     create_topic,
+    expected_messages,
     make_records,
     new_topic_name,
     produce_confluent,
     wait_until,
+    watermarks_confluent,
 )
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
@@ -418,3 +421,57 @@ def test_aiokafka_alter_configs_and_describe_cluster(broker: Any) -> None:
     cluster = out["cluster"]
     assert [(b["node_id"], b["host"], b["port"]) for b in cluster["brokers"]] == [
         (1, "127.0.0.1", broker.port)]
+
+
+def test_confluent_describe_broker_configs_shows_static_overrides(broker_factory: Any) -> None:
+    broker = broker_factory({"log.segment.bytes": "2097152", "num.partitions": "3"})
+    admin = confluent_admin(broker.bootstrap)
+    resource = ConfigResource(ResourceType.BROKER, "1")
+    configs = admin.describe_configs([resource])[resource].result(timeout=ADMIN_TIMEOUT_S)
+    assert configs["log.segment.bytes"].value == "2097152"
+    assert configs["log.segment.bytes"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert configs["num.partitions"].value == "3"
+    assert configs["log.retention.check.interval.ms"].value == "300000"
+    assert configs["log.retention.check.interval.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+
+    # A topic created without settings inherits the broker's overrides.
+    topic = new_topic_name("cf-inherits")
+    admin.create_topics([NewTopic(topic)])[topic].result(timeout=ADMIN_TIMEOUT_S)
+    wait_until(lambda: topic in topic_names(broker), ADMIN_TIMEOUT_S, "topic metadata")
+    assert partition_count(broker, topic) == 3
+    described = ConfigResource(ResourceType.TOPIC, topic)
+    topic_configs = admin.describe_configs([described])[described].result(timeout=ADMIN_TIMEOUT_S)
+    assert topic_configs["segment.bytes"].value == "2097152"
+    assert topic_configs["segment.bytes"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+
+
+def test_confluent_config_errors_for_unknown_topic_and_unknown_key(broker: Any) -> None:
+    admin = confluent_admin(broker.bootstrap)
+    missing = ConfigResource(ResourceType.TOPIC, new_topic_name("cf-no-such"))
+    err = confluent_error(admin.describe_configs([missing])[missing])
+    assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    topic = new_topic_name("cf-unknown-key")
+    create_topic(broker.bootstrap, topic)
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET)])
+    err = confluent_error(admin.incremental_alter_configs([resource])[resource])
+    assert err.code() == KafkaError.INVALID_CONFIG
+
+
+def test_deleted_topic_recreated_with_same_name_starts_empty(broker: Any) -> None:
+    admin = confluent_admin(broker.bootstrap)
+    topic = new_topic_name("cf-recreate")
+    create_topic(broker.bootstrap, topic, 2)
+    produce_confluent(broker.bootstrap, topic, make_records(100, partitions=2))
+    admin.delete_topics([topic])[topic].result(timeout=ADMIN_TIMEOUT_S)
+    wait_until(lambda: topic not in topic_names(broker), ADMIN_TIMEOUT_S, "topic to vanish")
+    wait_until(lambda: not (broker.data_dir / f"{topic}-0").exists(), ADMIN_TIMEOUT_S,
+               "the partition directory to leave its log dir")
+
+    create_topic(broker.bootstrap, topic, 1)
+    records = make_records(3)
+    assert produce_confluent(broker.bootstrap, topic, records) == [0, 1, 2]
+    assert watermarks_confluent(broker.bootstrap, topic, 0) == (0, 3)
+    assert consume_confluent(broker.bootstrap, topic, {0: 0}, 3) == expected_messages(
+        records, [0, 1, 2])

@@ -19,6 +19,7 @@ from clients import (
     LOG_APPEND_TIME,
     PRODUCERS,
     Message,
+    Outgoing,
     by_partition,
     confluent_admin,
     confluent_consumer,
@@ -29,6 +30,7 @@ from clients import (
     create_topic,
     dense_offsets,
     expected_messages,
+    kafka_python_consumer,
     make_records,
     new_topic_name,
     offsets_for_times_aiokafka,
@@ -47,7 +49,7 @@ from confluent_kafka.admin import OffsetSpec
 from kafka.admin import KafkaAdminClient
 
 BEGINNING = confluent_kafka.OFFSET_BEGINNING
-CODEC_IDS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 OFFSETS_FOR_TIMES = {
     "confluent": offsets_for_times_confluent,
     "kafka-python": offsets_for_times_kafka_python,
@@ -59,6 +61,12 @@ WATERMARKS = {
     "aiokafka": watermarks_aiokafka,
 }
 ONE_BATCH_CONFLUENT = {"linger.ms": 1000, "batch.num.messages": 100000, "batch.size": 10_000_000}
+
+
+def assert_inside_a_batch(broker: Any, topic: str, offset: int) -> None:
+    """`offset` is stored inside a batch that starts before it (the client may split a batch)."""
+    batches = read_batch_headers(segment_files(broker.data_dir, topic, 0)[0])
+    assert any(b.base_offset < offset <= b.last_offset for b in batches), batches
 
 
 def assert_same_per_partition(consumed: list[Message], expected: list[Message]) -> None:
@@ -118,7 +126,15 @@ def test_compressed_batches_are_stored_as_sent_and_read_back_exactly(
 
     batches = read_batch_headers(segment_files(broker.data_dir, topic, 0)[0])
     assert batches, "no batch on disk"
-    assert {b.compression_codec for b in batches} == {CODEC_IDS[codec]}
+    expected_codec = CODEC_IDS[codec]
+    if producer == "confluent" and codec == "lz4":
+        # librdkafka turns lz4 on only when the broker advertises FindCoordinator (10), which
+        # arrives with consumer groups (issue 5); until then it sends lz4 batches uncompressed.
+        # When groups land this assertion fails and the exception goes.
+        expected_codec = CODEC_IDS["none"]
+    assert {b.compression_codec for b in batches} == {expected_codec}, (
+        f"{producer} asked for {codec}; batches on disk use codecs "
+        f"{sorted({b.compression_codec for b in batches})}")
     assert len(batches) < 1_000, "records were not batched"
 
     consumed = CONSUMERS[consumer](broker.bootstrap, topic, {0: 0, 1: 0}, len(records))
@@ -134,6 +150,10 @@ def test_every_acks_setting_stores_all_records_in_order(broker: Any, acks: int |
     offsets = produce_confluent(broker.bootstrap, topic, records, {"acks": acks})
     if acks == 0:
         assert set(offsets) == {confluent_kafka.OFFSET_INVALID}
+        # No response means no ordering against the next producer's connection: wait for them.
+        for p in (0, 1):
+            wait_until(lambda p=p: watermarks_confluent(broker.bootstrap, topic, p) == (0, 500),
+                       ADMIN_TIMEOUT_S, f"partition {p} to hold 500 records")
     else:
         assert offsets == dense_offsets(records)
     # kafka-python makes offsets up locally under acks=0 (there is no response), so only
@@ -176,9 +196,8 @@ def test_offsets_for_times_returns_first_offset_at_or_after_timestamp(
                for i, r in enumerate(records)]
     for start in range(0, 1_000, 100):
         produce_confluent(broker.bootstrap, topic, records[start:start + 100], ONE_BATCH_CONFLUENT)
-    batches = read_batch_headers(segment_files(broker.data_dir, topic, 0)[0])
-    assert [(b.base_offset, b.last_offset) for b in batches] == [
-        (s, s + 99) for s in range(0, 1_000, 100)]
+    for inside in (555, 999):
+        assert_inside_a_batch(broker, topic, inside)
 
     lookup = OFFSETS_FOR_TIMES[client]
     assert lookup(broker.bootstrap, topic, {0: base_ms + 5_550}) == {0: 555}
@@ -208,11 +227,124 @@ def test_fetch_from_middle_of_a_batch_returns_records_from_that_offset_on(
     create_topic(broker.bootstrap, topic, partitions=1)
     records = make_records(100)
     offsets = produce_confluent(broker.bootstrap, topic, records, ONE_BATCH_CONFLUENT)
-    batches = read_batch_headers(segment_files(broker.data_dir, topic, 0)[0])
-    assert [(b.base_offset, b.last_offset) for b in batches] == [(0, 99)]
+    assert_inside_a_batch(broker, topic, 37)
 
     consumed = CONSUMERS[consumer](broker.bootstrap, topic, {0: 37}, 63)
     assert consumed == expected_messages(records, offsets)[37:]
+
+
+@pytest.mark.parametrize("consumer", ["kafka-python", "aiokafka", "confluent"])
+def test_fetch_from_middle_of_a_compressed_batch_returns_records_from_that_offset_on(
+        broker: Any, consumer: str) -> None:
+    topic = new_topic_name("mid-gzip-batch")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    records = make_records(100)
+    offsets = produce_confluent(broker.bootstrap, topic, records,
+                                {**ONE_BATCH_CONFLUENT, "compression.type": "gzip"})
+    assert_inside_a_batch(broker, topic, 61)
+    batches = read_batch_headers(segment_files(broker.data_dir, topic, 0)[0])
+    assert {b.compression_codec for b in batches} == {CODEC_IDS["gzip"]}
+
+    consumed = CONSUMERS[consumer](broker.bootstrap, topic, {0: 61}, 39)
+    assert consumed == expected_messages(records, offsets)[61:]
+
+
+def test_out_of_range_position_resets_to_earliest_or_latest(broker: Any) -> None:
+    topic = new_topic_name("out-of-range")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    records = make_records(100)
+    expected = expected_messages(records, produce_confluent(broker.bootstrap, topic, records))
+
+    consumed = consume_confluent(broker.bootstrap, topic, {0: 500}, 100,
+                                 {"auto.offset.reset": "earliest"})
+    assert consumed == expected
+    consumed = consume_kafka_python(broker.bootstrap, topic, {0: 500}, 100)
+    assert consumed == expected
+
+    # With reset to latest the consumer moves to 100 and sees only what is produced next.
+    consumer = kafka_python_consumer(broker.bootstrap, {"auto_offset_reset": "latest"})
+    try:
+        tp = kafka.TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 500)
+        wait_until(lambda: consumer.poll(timeout_ms=100) == {} and consumer.position(tp) == 100,
+                   ADMIN_TIMEOUT_S, "position reset to the high watermark")
+        more = make_records(3, base_timestamp_ms=1_700_000_000_000)
+        produce_confluent(broker.bootstrap, topic, more)
+        got: list[Message] = []
+        wait_until(lambda: got.extend(
+            Message(m.partition, m.offset, m.key, m.value, tuple(m.headers), m.timestamp)
+            for batch in consumer.poll(timeout_ms=200).values() for m in batch) or len(got) >= 3,
+            ADMIN_TIMEOUT_S, "the three new records")
+        assert got == expected_messages(more, [100, 101, 102])
+    finally:
+        consumer.close()
+
+
+def test_small_fetch_size_still_returns_a_whole_large_batch(broker: Any) -> None:
+    topic = new_topic_name("small-fetch")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    records = make_records(200, value_size_bytes=1_000)
+    offsets = produce_confluent(broker.bootstrap, topic, records, ONE_BATCH_CONFLUENT)
+    # Every record alone (a 1,000-byte value plus key and headers) exceeds the 1,024-byte limits.
+    expected = expected_messages(records, offsets)
+
+    assert consume_confluent(broker.bootstrap, topic, {0: 0}, 200, {
+        "fetch.max.bytes": 1_024, "max.partition.fetch.bytes": 1_024,
+        "message.max.bytes": 1_000}) == expected
+    assert consume_kafka_python(broker.bootstrap, topic, {0: 0}, 200, {
+        "fetch_max_bytes": 1_024, "max_partition_fetch_bytes": 1_024}) == expected
+
+
+def test_null_keys_null_values_and_no_headers_round_trip(broker: Any) -> None:
+    topic = new_topic_name("nulls")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    records = [
+        Outgoing(0, None, b"no key", (), 1_600_000_000_000),
+        Outgoing(0, b"tombstone", None, (), 1_600_000_000_001),
+        Outgoing(0, b"", b"", (("empty", b""),), 1_600_000_000_002),
+        Outgoing(0, None, None, (("a", b"1"), ("a", b"2")), 1_600_000_000_003),
+    ]
+    offsets = produce_confluent(broker.bootstrap, topic, records)
+    assert offsets == [0, 1, 2, 3]
+    expected = expected_messages(records, offsets)
+    assert consume_aiokafka(broker.bootstrap, topic, {0: 0}, 4) == expected
+    assert consume_kafka_python(broker.bootstrap, topic, {0: 0}, 4) == expected
+
+
+def test_kafka_python_consumer_adding_a_partition_mid_stream_reads_both(broker: Any) -> None:
+    topic = new_topic_name("fetch-session")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    records = make_records(400, partitions=2)
+    expected = expected_messages(records, produce_confluent(broker.bootstrap, topic, records))
+    tp0, tp1 = kafka.TopicPartition(topic, 0), kafka.TopicPartition(topic, 1)
+    consumer = kafka_python_consumer(broker.bootstrap)
+
+    def read(count: int) -> list[Message]:
+        got: list[Message] = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=200).values():
+                got += [Message(m.partition, m.offset, m.key, m.value, tuple(m.headers),
+                                m.timestamp) for m in batch]
+        return got
+
+    try:
+        consumer.assign([tp0])
+        consumer.seek(tp0, 0)
+        first = read(200)
+        assert first == [m for m in expected if m.partition == 0]
+        # Incremental fetch sessions must pick up the added partition and keep the first.
+        consumer.assign([tp0, tp1])
+        consumer.seek(tp1, 50)
+        more = make_records(20, partitions=2, base_timestamp_ms=1_700_000_000_000)
+        more_offsets = produce_confluent(broker.bootstrap, topic, more)
+        second = read(150 + 20)
+        want = [m for m in expected if m.partition == 1 and m.offset >= 50] + expected_messages(
+            more, more_offsets)
+        assert by_partition(second) == by_partition(want)
+    finally:
+        consumer.close()
 
 
 # --- ListOffsets and DeleteRecords ----------------------------------------------------------------
@@ -273,6 +405,9 @@ def test_delete_records_moves_low_watermark_and_consumers_start_there(broker: An
         kp_admin.close()
     assert watermarks_aiokafka(broker.bootstrap, topic, 1) == (150, 200)
 
+    # A time lookup before every record answers the new log start offset.
+    assert offsets_for_times_confluent(broker.bootstrap, topic, {0: 0, 1: 0}) == {0: 40, 1: 150}
+
     want = [m for m in expected if m.offset >= {0: 40, 1: 150}[m.partition]]
     for consume in (consume_confluent, consume_kafka_python, consume_aiokafka):
         consumed = consume(broker.bootstrap, topic, {0: BEGINNING, 1: BEGINNING}, len(want))
@@ -307,6 +442,21 @@ def test_producing_to_unknown_topic_creates_it_with_default_partitions(broker: A
     assert produce_kafka_python(broker.bootstrap, other, records[:5]) == list(range(5))
     assert consume_aiokafka(broker.bootstrap, other, {0: 0}, 5) == expected_messages(
         records[:5], range(5))
+
+
+def test_producing_to_unknown_topic_with_auto_create_disabled_creates_nothing(
+        broker_factory: Any) -> None:
+    broker = broker_factory({"auto.create.topics.enable": "false"})
+    topic = new_topic_name("not-auto-created")
+    producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=False,
+                                   max_block_ms=2_000)
+    try:
+        with pytest.raises(kafka.errors.KafkaTimeoutError):
+            producer.send(topic, value=b"v").get(timeout=ADMIN_TIMEOUT_S)
+    finally:
+        producer.close(timeout=10)
+    meta = confluent_admin(broker.bootstrap).list_topics(timeout=ADMIN_TIMEOUT_S)
+    assert topic not in meta.topics
 
 
 def test_record_over_topic_max_message_bytes_is_rejected_and_others_still_work(

@@ -63,6 +63,17 @@ class RecordingTransport:
 Handler = Callable[[KafkaConnection, bytes], Awaitable[list[Any] | None]]
 
 
+def _feed(conn: KafkaConnection, data: bytes) -> None:
+    """Deliver bytes as the event loop does for a BufferedProtocol: into get_buffer's view."""
+    pos = 0
+    while pos < len(data) and not conn.closed:
+        target = conn.get_buffer(len(data) - pos)
+        n = min(len(target), len(data) - pos)
+        target[:n] = data[pos:pos + n]
+        conn.buffer_updated(n)
+        pos += n
+
+
 def _frame(body: bytes) -> bytes:
     return _SIZE.pack(len(body)) + body
 
@@ -110,14 +121,14 @@ async def test_connection_made_records_the_peer_and_bounds_the_write_buffer() ->
 
 async def test_one_frame_gets_one_response() -> None:
     h = Harness(_echo)
-    h.conn.data_received(_frame(b"hello"))
+    _feed(h.conn, _frame(b"hello"))
     await h.settle(lambda: h.conn.idle)
     assert _responses(h.transport.written) == [b"r:hello"]
 
 
 async def test_several_frames_in_one_read_all_run() -> None:
     h = Harness(_echo)
-    h.conn.data_received(b"".join(_frame(b"req%d" % i) for i in range(5)))
+    _feed(h.conn, b"".join(_frame(b"req%d" % i) for i in range(5)))
     await h.settle(lambda: h.conn.idle)
     assert _responses(h.transport.written) == [b"r:req%d" % i for i in range(5)]
 
@@ -126,7 +137,7 @@ async def test_a_frame_split_across_many_reads_is_assembled() -> None:
     h = Harness(_echo)
     data = _frame(b"split-body") + _frame(b"next")
     for i in range(len(data)):  # one byte at a time, the size prefix included
-        h.conn.data_received(data[i:i + 1])
+        _feed(h.conn, data[i:i + 1])
     await h.settle(lambda: h.conn.idle)
     assert _responses(h.transport.written) == [b"r:split-body", b"r:next"]
 
@@ -134,17 +145,17 @@ async def test_a_frame_split_across_many_reads_is_assembled() -> None:
 async def test_a_trailing_partial_frame_waits_for_its_rest() -> None:
     h = Harness(_echo)
     whole, partial = _frame(b"first"), _frame(b"second")
-    h.conn.data_received(whole + partial[:6])
+    _feed(h.conn, whole + partial[:6])
     await h.settle(lambda: h.conn.idle)
     assert _responses(h.transport.written) == [b"r:first"]
-    h.conn.data_received(partial[6:])
+    _feed(h.conn, partial[6:])
     await h.settle(lambda: h.conn.idle)
     assert _responses(h.transport.written) == [b"r:first", b"r:second"]
 
 
 async def test_an_empty_frame_is_handed_to_the_handler() -> None:
     h = Harness(_echo)
-    h.conn.data_received(_frame(b""))
+    _feed(h.conn, _frame(b""))
     await h.settle(lambda: h.conn.idle)
     assert _responses(h.transport.written) == [b"r:"]
 
@@ -160,8 +171,8 @@ async def test_responses_go_out_in_request_order_when_handlers_finish_out_of_ord
         return await _echo(conn, frame)
 
     h = Harness(handler)
-    h.conn.data_received(_frame(b"slow") + _frame(b"fast1"))
-    h.conn.data_received(_frame(b"fast2"))
+    _feed(h.conn, _frame(b"slow") + _frame(b"fast1"))
+    _feed(h.conn, _frame(b"fast2"))
     await h.settle(lambda: finished == [b"fast1", b"fast2"])
     assert h.transport.written == b""  # the later answers wait for the first
     assert not h.conn.idle
@@ -184,7 +195,7 @@ async def test_a_request_without_response_keeps_the_order_of_the_others() -> Non
         return await _echo(conn, frame)
 
     h = Harness(handler)
-    h.conn.data_received(_frame(b"slow") + _frame(b"acks0") + _frame(b"after"))
+    _feed(h.conn, _frame(b"slow") + _frame(b"acks0") + _frame(b"after"))
     await h.settle(lambda: finished == [b"acks0", b"after"])
     assert h.transport.written == b""
     release_first.set()
@@ -202,7 +213,7 @@ async def test_a_lying_size_prefix_closes_on_the_prefix_alone(prefix: bytes) -> 
         return []
 
     h = Harness(handler)
-    h.conn.data_received(prefix)  # no body byte sent: the close must not wait for one
+    _feed(h.conn, prefix)  # no body byte sent: the close must not wait for one
     assert h.transport.closed
     await h.settle(lambda: bool(h.closed_with))
     assert h.closed_with == [h.conn] and h.conn.closed
@@ -211,13 +222,13 @@ async def test_a_lying_size_prefix_closes_on_the_prefix_alone(prefix: bytes) -> 
 
 async def test_a_size_above_max_request_bytes_closes_before_the_body_arrives() -> None:
     h = Harness(_echo, max_request_bytes=100)
-    h.conn.data_received(_SIZE.pack(101))
+    _feed(h.conn, _SIZE.pack(101))
     assert h.transport.closed
 
 
 async def test_a_size_of_exactly_max_request_bytes_is_served() -> None:
     h = Harness(_echo, max_request_bytes=100)
-    h.conn.data_received(_frame(b"m" * 100))
+    _feed(h.conn, _frame(b"m" * 100))
     await h.settle(lambda: h.conn.idle)
     assert not h.transport.closed
     assert _responses(h.transport.written) == [b"r:" + b"m" * 100]
@@ -225,7 +236,7 @@ async def test_a_size_of_exactly_max_request_bytes_is_served() -> None:
 
 async def test_an_oversized_frame_drops_the_connection_with_its_pending_answers() -> None:
     h = Harness(_echo, max_request_bytes=100)
-    h.conn.data_received(_frame(b"ok") + _SIZE.pack(1 << 20))
+    _feed(h.conn, _frame(b"ok") + _SIZE.pack(1 << 20))
     assert h.transport.closed
     await h.settle(lambda: bool(h.closed_with))
     # The connection is gone, so nothing more may be written for it.
@@ -237,7 +248,7 @@ async def test_a_handler_raising_close_connection_closes_it() -> None:
         raise CloseConnection("unsupported API key 999")
 
     h = Harness(handler)
-    h.conn.data_received(_frame(b"bad"))
+    _feed(h.conn, _frame(b"bad"))
     await h.settle(lambda: bool(h.closed_with))
     assert h.transport.closed and h.transport.written == b""
 
@@ -248,8 +259,8 @@ async def test_a_handler_bug_closes_only_this_connection() -> None:
 
     h = Harness(handler)
     other = Harness(_echo)
-    h.conn.data_received(_frame(b"boom"))
-    other.conn.data_received(_frame(b"fine"))
+    _feed(h.conn, _frame(b"boom"))
+    _feed(other.conn, _frame(b"fine"))
     await h.settle(lambda: bool(h.closed_with) and other.conn.idle)
     assert h.transport.closed
     assert not other.transport.closed
@@ -270,7 +281,7 @@ async def test_connection_lost_cancels_running_handlers() -> None:
         return []
 
     h = Harness(handler)
-    h.conn.data_received(_frame(b"long-poll"))
+    _feed(h.conn, _frame(b"long-poll"))
     await started.wait()
     h.conn.connection_lost(None)
     await cancelled.wait()
@@ -296,9 +307,9 @@ async def test_too_many_requests_in_flight_pause_reading_until_answered() -> Non
 
     h = Harness(handler)
     frames = [_frame(b"%d" % i) for i in range(MAX_IN_FLIGHT_REQUESTS)]
-    h.conn.data_received(b"".join(frames[:-1]))
+    _feed(h.conn, b"".join(frames[:-1]))
     assert h.transport.reading
-    h.conn.data_received(frames[-1])
+    _feed(h.conn, frames[-1])
     assert not h.transport.reading
     release.set()
     await h.settle(lambda: h.conn.idle)
@@ -312,6 +323,6 @@ async def test_pipelined_frames_in_arbitrary_chunks_come_back_in_order(chunk: in
     h = Harness(_echo)
     data = b"".join(_frame(b"m%03d" % i + b"z" * (i % 5)) for i in range(40))
     for pos in range(0, len(data), chunk):
-        h.conn.data_received(data[pos:pos + chunk])
+        _feed(h.conn, data[pos:pos + chunk])
     await h.settle(lambda: h.conn.idle)
     assert _responses(h.transport.written) == [b"r:m%03d" % i + b"z" * (i % 5) for i in range(40)]
