@@ -40,8 +40,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from loopback import measure_loopback  # noqa: E402
 
-from kafka_ext.protocol.framing import SIZE, decode_response, encode_request  # noqa: E402
-from kafka_ext.protocol.messages import registry  # noqa: E402
+from kafka_ext.client.probe import api_versions_ok  # noqa: E402
 
 RESULTS_PATH = BENCH_DIR / "RESULTS.md"
 SECTION_TITLE = "## Single-node broker"
@@ -71,28 +70,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _api_versions_ok(port: int) -> bool:
-    request = registry()["ApiVersionsRequest"].cls(client_software_name="bench",
-                                                   client_software_version="0")
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
-            sock.sendall(encode_request(18, 3, 1, "bench", request))
-            size = SIZE.unpack(_recv_exact(sock, 4))[0]
-            return decode_response(_recv_exact(sock, size), 18, 3)[1].error_code == 0
-    except OSError:
-        return False
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return bytes(data)
-
-
 class BenchBroker:
     """A broker subprocess on a free port with a temporary data dir, optionally under cProfile."""
 
@@ -117,7 +94,7 @@ class BenchBroker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
-            if _api_versions_ok(self.port):
+            if api_versions_ok("127.0.0.1", self.port, client_id="bench"):
                 return
             time.sleep(0.05)
         raise RuntimeError(f"broker did not answer in {STARTUP_TIMEOUT_S}s:\n{self.log()}")

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_ext.protocol.framing import SIZE, decode_response, encode_request
-from kafka_ext.protocol.messages import registry
+from kafka_ext.client.probe import api_versions_ok
 
 STARTUP_TIMEOUT_S = 30.0
 
@@ -28,30 +27,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def api_versions_ok(port: int) -> bool:
-    """One ApiVersions v3 round trip on a fresh connection."""
-    request = registry()["ApiVersionsRequest"].cls(client_software_name="kafka-ext-tests",
-                                                   client_software_version="0")
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
-            sock.sendall(encode_request(18, 3, 1, "probe", request))
-            size = SIZE.unpack(_recv_exact(sock, 4))[0]
-            _, body = decode_response(_recv_exact(sock, size), 18, 3)
-            return body.error_code == 0
-    except OSError:
-        return False
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return bytes(data)
 
 
 class BrokerProcess:
@@ -81,7 +56,7 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
-            if api_versions_ok(self.port):
+            if api_versions_ok("127.0.0.1", self.port):
                 return
             time.sleep(0.05)
         raise RuntimeError(f"broker did not answer within {STARTUP_TIMEOUT_S}s:\n{self.log()}")

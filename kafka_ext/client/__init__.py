@@ -1,0 +1,1 @@
+"""Client-side helpers of kafka-ext (the extension-aware client grows here)."""
