@@ -119,8 +119,10 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "empty records")
         plog = hosted.log
         validate_batches(records)  # sizes, magic, CRC, client rules; MESSAGE_TOO_LARGE in the log
-        # The log stamps LogAppendTime itself when the topic asks for it.
-        info = plog.append_as_leader(records, hosted.leader_epoch)
+        # The log stamps LogAppendTime itself when the topic asks for it. A large produce frame
+        # arrives as a bytearray this request owns alone: offsets are patched in it, uncopied.
+        in_place = isinstance(records, memoryview) and not records.readonly
+        info = plog.append_as_leader(records, hosted.leader_epoch, in_place=in_place)
         plog.high_watermark = plog.log_end_offset  # sole replica of the ISR
         self._notify_data((topic, partition))
         return info

@@ -311,16 +311,18 @@ class UnifiedLog:
     # -- appends
 
     def append_as_leader(
-        self, records: BytesLike, leader_epoch: int, *, log_append_time_ms: int | None = None
+        self, records: BytesLike, leader_epoch: int, *, log_append_time_ms: int | None = None,
+        in_place: bool = False,
     ) -> LogAppendInfo:
         """Assign offsets to already-validated batches and append them.
 
-        Copies records once into a bytearray and patches each batch's base offset and partition
-        leader epoch in place; under message.timestamp.type=LogAppendTime also stamps the time
-        (log_append_time_ms, else the clock). Raises MESSAGE_TOO_LARGE for a batch over
+        Patches each batch's base offset and partition leader epoch in one copy of `records`, or,
+        with `in_place`, in `records` itself (it must then be writable and the caller's alone);
+        under message.timestamp.type=LogAppendTime also stamps the time (log_append_time_ms,
+        else the clock). Raises MESSAGE_TOO_LARGE for a batch over
         max.message.bytes and RECORD_LIST_TOO_LARGE for more than segment.bytes at once.
         """
-        buf = bytearray(records)
+        buf = memoryview(records) if in_place else bytearray(records)
         batches = self._whole_batches(buf)
         for _, header in batches:
             if header.size_bytes > self._config.max_message_bytes:
