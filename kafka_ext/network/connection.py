@@ -24,12 +24,16 @@ from kafka_ext.protocol.framing import SIZE, FrameTooLarge
 log = logging.getLogger(__name__)
 
 # A request handler: frame in, response buffers out (None: no response, e.g. acks=0 produce).
-FrameHandler = Callable[["KafkaConnection", bytes | bytearray], Awaitable[list[Any] | None]]
+FrameHandler = Callable[["KafkaConnection", bytes | memoryview], Awaitable[list[Any] | None]]
 
 # Stop reading from a client that has this many requests in flight (pipelining bound).
 MAX_IN_FLIGHT_REQUESTS = 256
 # Frames up to this size are gathered in the scratch buffer; larger ones get their own.
 SCRATCH_BYTES = 64 * 1024
+# Buffers of large frames are reused once their request is done: a fresh megabyte costs a page
+# fault per 4 KiB (expensive in a VM). Per connection, at most this many, each at most this big.
+POOLED_BUFFERS = 2
+POOLED_BUFFER_MAX_BYTES = 8 * 1024 * 1024
 
 
 class CloseConnection(Exception):
@@ -55,8 +59,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._scratch = bytearray(SCRATCH_BYTES)
         self._scratch_view = memoryview(self._scratch)
         self._scratch_filled = 0
-        self._large_frame: bytearray | None = None  # a frame bigger than the scratch buffer
+        self._large_frame: memoryview | None = None  # a frame bigger than the scratch buffer
+        self._large_buffer: bytearray | None = None  # what _large_frame views
         self._large_filled = 0
+        self._free_buffers: list[bytearray] = []
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._transport: asyncio.Transport | None = None
@@ -94,7 +100,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._large_frame is not None:
-            return memoryview(self._large_frame)[self._large_filled:]
+            return self._large_frame[self._large_filled:]
         return self._scratch_view[self._scratch_filled:]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -103,8 +109,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if large is not None:
             self._large_filled += nbytes
             if self._large_filled == len(large):
-                self._large_frame = None
-                self._start(large)
+                self._start(large, self._large_buffer)
+                self._large_frame = self._large_buffer = None
         else:
             self._scratch_filled += nbytes
             try:
@@ -130,25 +136,41 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 pos = body + size
                 continue
             if 4 + size > len(view):  # will never fit: read the rest straight into its own buffer
-                frame = bytearray(size)
+                buffer = self._take_buffer(size)
+                frame = memoryview(buffer)[:size]
                 frame[:end - body] = view[body:end]
-                self._large_frame, self._large_filled = frame, end - body
+                self._large_frame, self._large_buffer = frame, buffer
+                self._large_filled = end - body
                 pos = end
             break
         if pos:
             view[:end - pos] = view[pos:end]
             self._scratch_filled = end - pos
 
+    def _take_buffer(self, size: int) -> bytearray:
+        for i, buffer in enumerate(self._free_buffers):
+            if len(buffer) >= size:
+                return self._free_buffers.pop(i)
+        return bytearray(size)
+
+    def _give_back(self, buffer: bytearray) -> None:
+        if len(buffer) <= POOLED_BUFFER_MAX_BYTES:
+            if len(self._free_buffers) >= POOLED_BUFFERS:
+                self._free_buffers.sort(key=len)
+                self._free_buffers.pop(0)  # keep the largest: they serve every smaller frame
+            self._free_buffers.append(buffer)
+
     # -- requests ----------------------------------------------------------------------------
 
-    def _start(self, frame: bytes | bytearray) -> None:
+    def _start(self, frame: bytes | memoryview, buffer: bytearray | None = None) -> None:
         slot = _Slot()
         self._slots.append(slot)
-        task = asyncio.get_running_loop().create_task(self._run(slot, frame))
+        task = asyncio.get_running_loop().create_task(self._run(slot, frame, buffer))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, slot: _Slot, frame: bytes | bytearray) -> None:
+    async def _run(self, slot: _Slot, frame: bytes | memoryview,
+                   buffer: bytearray | None) -> None:
         try:
             slot.parts = await self._handler(self, frame)
         except CloseConnection as exc:
@@ -161,6 +183,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.exception("unexpected failure serving %s; closing the connection", self.peer)
             self.close()
             return
+        finally:
+            # Handlers keep nothing of a request once they have answered: the bytes are free.
+            if buffer is not None:
+                self._give_back(buffer)
         slot.done = True
         self._flush()
 

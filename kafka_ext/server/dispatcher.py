@@ -57,7 +57,8 @@ class RequestDispatcher:
     def register(self, api_key: int, handler: Handler) -> None:
         self.handlers[api_key] = handler
 
-    async def handle_frame(self, conn: KafkaConnection, frame: bytes) -> list[Any] | None:
+    async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview
+                           ) -> list[Any] | None:
         try:
             api_key, api_version, correlation_id = peek_request_prefix(frame)
         except DecodeError as exc:
