@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
 import resource
 import signal
 import time
@@ -236,7 +235,7 @@ def _raise_open_file_limit() -> None:
 
 def run(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM or SIGINT (the `kafka-ext server` command)."""
-    logging.basicConfig(level=logging.DEBUG if os.environ.get("KAFKAEXT_DEBUG") else logging.INFO,
+    logging.basicConfig(level=logging.INFO,
                         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
     _raise_open_file_limit()
     try:
