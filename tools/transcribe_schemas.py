@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SOURCE = Path("/work/shared/kafka-protocol")
+# Kafka's own definitions, kept beside this checkout as reference data (never installed).
+DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "kafka-protocol"
 DEFAULT_OUT = ROOT / "protocol_schemas"
 
 # Standard APIs we implement (request + response each).
