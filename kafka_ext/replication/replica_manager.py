@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kafka_ext.controller.image import MetadataImage, PartitionImage, TopicImage
@@ -43,10 +44,12 @@ class Partition:
 class ReplicaManager:
     """Owned by the broker; all methods run on the event loop."""
 
-    def __init__(self, node_id: int, log_manager: Any, log_config_for: Any) -> None:
+    def __init__(self, node_id: int, log_manager: Any, log_config_for: Any,
+                 remove_dir: Callable[[Path], None]) -> None:
         self.node_id = node_id
         self.log_manager = log_manager
         self.log_config_for = log_config_for  # (topic name) -> LogConfig
+        self.remove_dir = remove_dir  # removes a deleted log's files off the event loop
         self.partitions: dict[TopicPartition, Partition] = {}
         # Partitions the metadata gives us whose log could not be opened (e.g. out of fds).
         self.storage_errors: dict[TopicPartition, str] = {}
@@ -94,7 +97,7 @@ class ReplicaManager:
 
     def _remove_partition(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp)
-        self.log_manager.delete_log(*tp)
+        self.remove_dir(self.log_manager.detach_log(*tp))
         for event in self._data_waiters.pop(tp, ()):  # wake fetchers: they see the error
             event.set()
 

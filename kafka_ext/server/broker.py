@@ -12,11 +12,13 @@ import asyncio
 import gc
 import logging
 import resource
+import shutil
 import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kafka_ext.controller.image import MetadataImage
@@ -60,7 +62,8 @@ class Broker:
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-ext-io")
         self.log_manager = LogManager(config.log_dirs, node_id=config.node_id,
                                       cluster_id=self.cluster_id)
-        self.replica_manager = ReplicaManager(config.node_id, self.log_manager, self.log_config_for)
+        self.replica_manager = ReplicaManager(config.node_id, self.log_manager, self.log_config_for,
+                                              self._remove_dir_later)
         self.fetch_sessions = FetchSessionCache()
         self.dispatcher = RequestDispatcher(self)
         self.socket_server = SocketServer(self.dispatcher.handle_frame,
@@ -98,6 +101,15 @@ class Broker:
     async def run_blocking(self, fn: Callable[[], T]) -> T:
         """Run a blocking call (fsync, directory removal) off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def _remove_dir_later(self, path: Path) -> None:
+        """Remove a deleted log's directory in the executor; the next start finishes a failure."""
+        def remove() -> None:
+            try:
+                shutil.rmtree(path)
+            except OSError as exc:
+                log.warning("could not remove %s (retried at next start): %s", path, exc)
+        self._executor.submit(remove)
 
     def live_nodes(self) -> list[Node]:
         listener = self.config.advertised_listeners[0]
@@ -154,7 +166,7 @@ class Broker:
             known = image.topics_by_name.get(topic)
             if known is None or partition not in known.partitions:
                 log.info("deleting stray log %s-%d", topic, partition)
-                self.log_manager.delete_log(topic, partition)
+                self._remove_dir_later(self.log_manager.detach_log(topic, partition))
 
     async def stop(self) -> None:
         for task in self._tasks:

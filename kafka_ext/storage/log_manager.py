@@ -210,9 +210,14 @@ class LogManager:
         return log
 
     def delete_log(self, topic: str, partition: int) -> None:
-        """Close the log, rename its dir to `<topic>-<partition>.<uuid>-delete`, then remove it.
+        """Detach the log (see `detach_log`) and remove its files. Blocks."""
+        shutil.rmtree(self.detach_log(topic, partition))
 
-        If the removal is interrupted, the next `load` finishes it. Blocks.
+    def detach_log(self, topic: str, partition: int) -> Path:
+        """Close the log and rename its dir to `<topic>-<partition>.<uuid>-delete`; quick.
+
+        Returns that dir: the caller removes it (shutil.rmtree, off the event loop: a large log
+        takes a while). If the removal never happens, the next `load` finishes it.
         """
         tp = (topic, partition)
         log = self._logs.pop(tp, None)
@@ -224,7 +229,7 @@ class LogManager:
         log.close()
         doomed = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         log.dir.rename(doomed)
-        shutil.rmtree(doomed)
+        return doomed
 
     # -- periodic work
 

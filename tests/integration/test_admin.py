@@ -475,3 +475,25 @@ def test_deleted_topic_recreated_with_same_name_starts_empty(broker: Any) -> Non
     assert watermarks_confluent(broker.bootstrap, topic, 0) == (0, 3)
     assert consume_confluent(broker.bootstrap, topic, {0: 0}, 3) == expected_messages(
         records, [0, 1, 2])
+
+
+def test_new_partitions_go_to_the_log_dir_with_fewest_partitions(broker_factory: Any,
+                                                                  tmp_path: Any) -> None:
+    dirs = [tmp_path / "disk-a", tmp_path / "disk-b"]
+    broker = broker_factory({"log.dirs": ",".join(str(d) for d in dirs)})
+    topic = new_topic_name("jbod")
+    create_topic(broker.bootstrap, topic, partitions=6)
+
+    per_dir = {d: sorted(p.name for p in d.iterdir() if p.name.startswith(topic)) for d in dirs}
+    assert sorted(len(names) for names in per_dir.values()) == [3, 3]
+    assert sorted(per_dir[dirs[0]] + per_dir[dirs[1]]) == sorted(f"{topic}-{p}" for p in range(6))
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        [per_broker] = admin.describe_log_dirs({topic: list(range(6))})
+    finally:
+        admin.close()
+    reported = {d["log_dir"]: sorted(f"{t['name']}-{p['partition_index']}"
+                                     for t in d["topics"] for p in t["partitions"])
+                for d in per_broker["log_dirs"]}
+    assert reported == {str(d.resolve()): names for d, names in per_dir.items()}

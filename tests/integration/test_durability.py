@@ -249,3 +249,27 @@ def test_kill_minus_nine_after_multi_segment_produce_recovers_log_and_time_index
     # Appends continue at the next offsets.
     more = make_records(4, partitions=2, base_timestamp_ms=base_ms + 100_000)
     assert produce_confluent(broker.bootstrap, topic, more) == [1_500, 1_500, 1_501, 1_501]
+
+
+def test_torn_tail_written_while_down_is_truncated_and_appends_continue(broker: Any) -> None:
+    """A crash mid-write leaves half a batch at the end of the active segment: the next start
+    truncates it, serves every whole batch, and appends at the next offset."""
+    topic = new_topic_name("torn")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    records = make_records(500, partitions=1)
+    offsets = produce_confluent(broker.bootstrap, topic, records)
+    broker.kill()
+
+    active = segment_files(broker.data_dir, topic, 0)[-1]
+    whole_size = active.stat().st_size
+    last_batch = read_batch_headers(active)[-1]
+    with active.open("ab") as log_file:  # a batch header that promises more than follows
+        log_file.write((last_batch.last_offset + 1).to_bytes(8, "big") + (4096).to_bytes(4, "big")
+                       + b"\x00" * 40)
+
+    broker.start()
+    assert active.stat().st_size == whole_size
+    consumed = consume_confluent(broker.bootstrap, topic, {0: BEGINNING}, len(records))
+    assert by_partition(consumed) == by_partition(expected_messages(records, offsets))
+    more = make_records(10, partitions=1)
+    assert produce_confluent(broker.bootstrap, topic, more) == dense_offsets(more, {0: 500})
