@@ -12,7 +12,7 @@ import struct
 import zlib
 
 import cramjam
-import lz4.frame  # type: ignore[import-untyped]  # the lz4 binding ships no type information
+import lz4.frame
 import zstandard
 
 from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError

@@ -57,7 +57,7 @@ def peek_request_prefix(frame: Any) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) of a request frame."""
     if len(frame) < REQUEST_PREFIX.size:
         raise DecodeError(f"request of {len(frame)} bytes is shorter than a header")
-    return REQUEST_PREFIX.unpack_from(frame)  # type: ignore[return-value]
+    return REQUEST_PREFIX.unpack_from(frame)
 
 
 def decode_request_header(frame: Any) -> tuple[Any, int]:

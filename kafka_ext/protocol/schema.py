@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import keyword
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +44,7 @@ class Versions:
             return False
         return version >= self.lowest and (self.highest is None or version <= self.highest)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[int]:
         if self.highest is None:
             raise ValueError("cannot iterate an open version range")
         return iter(range(self.lowest, self.highest + 1))

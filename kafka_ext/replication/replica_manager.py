@@ -121,7 +121,10 @@ class ReplicaManager:
         if records is None or len(records) == 0:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "empty records")
         plog = hosted.log
-        validate_batches(records)  # sizes, magic, CRC, client rules; MESSAGE_TOO_LARGE in the log
+        # Sizes, magic, CRC and the client rules; MESSAGE_TOO_LARGE is the log's to check.
+        if len(validate_batches(records)) != 1:
+            raise KafkaError(ErrorCode.INVALID_RECORD, "Produce requests with version 3 and "
+                             "above must contain exactly one record batch per partition")
         # The log stamps LogAppendTime itself when the topic asks for it. A large produce frame
         # arrives as a bytearray this request owns alone: offsets are patched in it, uncopied.
         in_place = isinstance(records, memoryview) and not records.readonly

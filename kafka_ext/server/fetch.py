@@ -133,7 +133,7 @@ def _resolve(ctx: Any, request: Any, uses_ids: bool
             else:
                 name = forgotten.topic
             for partition in forgotten.partitions:
-                partitions.pop((name, partition), None)  # type: ignore[arg-type]
+                partitions.pop((name, partition), None)
     targets = []
     for (name, partition), cached in partitions.items():
         topic_id, leader_epoch = ids.get((name, partition), (None, -1))

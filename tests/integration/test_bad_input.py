@@ -759,3 +759,18 @@ def test_broker_restart_after_abuse_keeps_acknowledged_data(broker: Any) -> None
     finally:
         consumer.close()
     assert values == [b"1", b"2"]
+
+
+
+def test_two_batches_for_one_partition_are_invalid_record_and_nothing_is_appended(
+        broker: Any) -> None:
+    """Kafka takes exactly one batch per partition from Produce v3 on."""
+    topic = new_topic_name("two-batches")
+    create_topic(broker, topic)
+    with connect(broker) as sock:
+        both = bytes(valid_batch([b"a"])) + bytes(valid_batch([b"b"]))
+        response = produce_partition_response(sock, topic, both)
+        assert response.error_code == ErrorCode.INVALID_RECORD
+        assert latest_offset(broker, topic) == 0
+        one = produce_partition_response(sock, topic, bytes(valid_batch([b"c"])))
+        assert (one.error_code, one.base_offset) == (0, 0)
