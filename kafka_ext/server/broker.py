@@ -132,7 +132,7 @@ class Broker:
 
     async def start(self) -> None:
         registry()  # compile every schema before the first request
-        _tune_garbage_collector()
+        tune_garbage_collector()
         await self.run_blocking(self.log_manager.load)
         metadata_log = self.log_manager.get_log(METADATA_TOPIC, 0)
         if metadata_log is None:
@@ -230,7 +230,7 @@ def _formatted_cluster_id(config: BrokerConfig) -> str:
     return config.cluster_id
 
 
-def _tune_garbage_collector() -> None:
+def tune_garbage_collector() -> None:
     """Decoded requests are many small objects: collect young objects less often, and move
     everything built at start-up (schemas, generated code) out of the collector's sight."""
     gc.collect()
