@@ -187,16 +187,17 @@ def measure_decode_with_broker_gc(cases: list[Case]) -> list[Row]:
     from kafka_ext.server.broker import tune_garbage_collector
 
     tune_garbage_collector()
-    rows = []
-    for case in cases:
-        data = case.mtype.encode(case.ours, case.version)
-        kio_bytes = kio_encoder(case)()
-        read = entity_reader(type(case.kio))
-        mtype, version = case.mtype, case.version
-        ours = best_us_per_op(lambda: mtype.decode(data, version))
-        theirs = best_us_per_op(lambda: read(kio_bytes, 0))
-        rows.append(Row(case.label, len(data), "decode, broker GC", ours, theirs))
-    return rows
+    return [_decode_row(case, "decode, broker GC") for case in cases]
+
+
+def _decode_row(case: Case, operation: str) -> Row:
+    data = case.mtype.encode(case.ours, case.version)
+    kio_bytes = kio_encoder(case)()
+    read = entity_reader(type(case.kio))
+    mtype, version = case.mtype, case.version
+    ours = best_us_per_op(lambda: mtype.decode(data, version))
+    theirs = best_us_per_op(lambda: read(kio_bytes, 0))
+    return Row(case.label, len(data), operation, ours, theirs)
 
 
 def measure(case: Case) -> list[Row]:
