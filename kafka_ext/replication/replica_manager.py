@@ -40,6 +40,16 @@ class Partition:
     def high_watermark(self) -> int:
         return self.log.high_watermark
 
+    def check_leader_epoch(self, requested: int) -> None:
+        """KIP-320: a client ahead of our epoch is told to wait, one behind is fenced; -1 skips."""
+        if requested == -1 or requested == self.leader_epoch:
+            return
+        if requested > self.leader_epoch:
+            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH,
+                             f"epoch {requested} is newer than ours ({self.leader_epoch})")
+        raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
+                         f"epoch {requested} is older than ours ({self.leader_epoch})")
+
 
 class ReplicaManager:
     """Owned by the broker; all methods run on the event loop."""

@@ -169,17 +169,14 @@ def _read_all(broker: Any, request: Any, targets: list[_Target]) -> tuple[list[A
         data = _PartitionData(partition_index=target.partition, error_code=0,
                               high_watermark=high_watermark, last_stable_offset=high_watermark,
                               log_start_offset=plog.log_start_offset, records=[],
-                              aborted_transactions=None if request.isolation_level != READ_COMMITTED else [])
+                              aborted_transactions=[] if request.isolation_level == READ_COMMITTED
+                              else None)
         results.append(data)
-        error = _check_leader_epoch(target.current_leader_epoch, hosted.leader_epoch)
-        if error is not None:
-            data.error_code = int(error)
-            has_error = True
-            continue
         max_bytes = min(target.cached.max_bytes, max(budget - total, 0))
-        if max_bytes <= 0 and total > 0:
-            continue
         try:
+            hosted.check_leader_epoch(target.current_leader_epoch)
+            if max_bytes <= 0 and total > 0:
+                continue  # the response is full: this partition answers without records
             info = plog.read(target.cached.fetch_offset, max_bytes, max_offset=high_watermark,
                              min_one_message=total == 0)
         except KafkaError as exc:
@@ -190,9 +187,3 @@ def _read_all(broker: Any, request: Any, targets: list[_Target]) -> tuple[list[A
         total += sum(r.nbytes for r in info.records)
     return results, total, has_error
 
-
-def _check_leader_epoch(requested: int, current: int) -> ErrorCode | None:
-    """KIP-320: a fetcher ahead of us is told to wait, one behind is fenced."""
-    if requested == -1 or requested == current:
-        return None
-    return ErrorCode.UNKNOWN_LEADER_EPOCH if requested > current else ErrorCode.FENCED_LEADER_EPOCH

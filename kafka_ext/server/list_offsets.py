@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.errors import KafkaError
 from kafka_ext.protocol.messages import registry
 
 LATEST_TIMESTAMP = -1
@@ -21,12 +21,6 @@ EARLIEST_PENDING_UPLOAD_TIMESTAMP = -5
 
 _Offsets = registry()["ListOffsetsResponse"].cls
 _Epochs = registry()["OffsetForLeaderEpochResponse"].cls
-
-
-def _leader_epoch_error(requested: int, current: int) -> ErrorCode | None:
-    if requested == -1 or requested == current:
-        return None
-    return ErrorCode.UNKNOWN_LEADER_EPOCH if requested > current else ErrorCode.FENCED_LEADER_EPOCH
 
 
 async def handle_list_offsets(ctx: Any, request: Any) -> Any:
@@ -40,9 +34,7 @@ async def handle_list_offsets(ctx: Any, request: Any) -> Any:
             partitions.append(result)
             try:
                 hosted = replicas.leader_partition(topic.name, p.partition_index)
-                error = _leader_epoch_error(p.current_leader_epoch, hosted.leader_epoch)
-                if error is not None:
-                    raise KafkaError(error)
+                hosted.check_leader_epoch(p.current_leader_epoch)
                 result.offset, result.timestamp, result.leader_epoch = _lookup(hosted, p.timestamp)
             except KafkaError as exc:
                 result.error_code = int(exc.code)
@@ -80,9 +72,7 @@ async def handle_offset_for_leader_epoch(ctx: Any, request: Any) -> Any:
             partitions.append(result)
             try:
                 hosted = replicas.leader_partition(topic.topic, p.partition)
-                error = _leader_epoch_error(p.current_leader_epoch, hosted.leader_epoch)
-                if error is not None:
-                    raise KafkaError(error)
+                hosted.check_leader_epoch(p.current_leader_epoch)
                 result.leader_epoch, result.end_offset = hosted.log.end_offset_for_epoch(
                     p.leader_epoch)
             except KafkaError as exc:
