@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
-from kafka_ext.controller.metadata_log import build_metadata_batch, replay
+from kafka_ext.controller.metadata_log import METADATA_TOPIC, build_metadata_batch, replay
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.config import TOPIC_CONFIGS, ConfigError, ConfigType
@@ -34,6 +34,10 @@ METADATA_VERSION_LEVEL = 22  # 4.0-IV3
 
 ImageListener = Callable[[MetadataImage, MetadataImage], None]
 TopicConfigValidator = Callable[[str, str], str]
+
+
+# Topics only the broker itself may create.
+RESERVED_TOPICS = frozenset({METADATA_TOPIC})
 
 
 def check_topic_name(name: str) -> None:
@@ -55,7 +59,7 @@ class TopicCreation:
     num_partitions: int = -1
     replication_factor: int = -1
     assignments: dict[int, list[int]] | None = None
-    configs: dict[str, str] = field(default_factory=dict)
+    configs: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -148,9 +152,16 @@ class QuorumController:
 
     def _topic_records(self, creation: TopicCreation, result: TopicCreationResult) -> list[Any]:
         check_topic_name(creation.name)
+        if creation.name in RESERVED_TOPICS:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"Creation of internal topic {creation.name} is prohibited.")
         if creation.name in self.image.topics_by_name:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS,
                              f"Topic '{creation.name}' already exists.")
+        collision = self._colliding_topic(creation.name)
+        if collision is not None:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                             f"Topic '{creation.name}' collides with existing topic: {collision}")
         if creation.assignments:
             assignments = creation.assignments
             if creation.num_partitions != -1 or creation.replication_factor != -1:
@@ -191,6 +202,16 @@ class QuorumController:
                     for k, v in configs.items()]
         return records
 
+    def _colliding_topic(self, name: str) -> str | None:
+        """Kafka refuses names equal but for '.' and '_' (their metric names would collide)."""
+        if "." not in name and "_" not in name:
+            return None
+        key = name.replace(".", "_")
+        for existing in self.image.topics_by_name:
+            if existing.replace(".", "_") == key:
+                return existing
+        return None
+
     def _check_replicas(self, assignments: dict[int, list[int]]) -> None:
         for partition, replicas in assignments.items():
             if not replicas or len(set(replicas)) != len(replicas):
@@ -212,9 +233,12 @@ class QuorumController:
                             replicas=list(replicas), isr=list(replicas), leader=replicas[0],
                             leader_epoch=0, partition_epoch=0)
 
-    def _validated_configs(self, configs: dict[str, str]) -> dict[str, str]:
+    def _validated_configs(self, configs: dict[str, str | None]) -> dict[str, str]:
         out = {}
         for name, value in configs.items():
+            if value is None:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"Null value not supported for topic configs: {name}")
             try:
                 out[name] = self.validate_topic_config(name, value)
             except ConfigError as exc:
@@ -338,14 +362,28 @@ class QuorumController:
         return self._records[record_type].cls(**fields)
 
     async def _commit(self, records: list[Any]) -> None:
-        """Append atomically, flush (off the loop), then replay into a new image."""
+        """Append atomically, flush (off the loop), then replay into a new image.
+
+        If the append or the flush fails, the records are cut off the log again and the image is
+        untouched: a change is either committed and applied, or neither.
+        """
         batch = build_metadata_batch(records)
-        info = self.log.append_as_leader(batch, leader_epoch=0)
-        await self.run_blocking(self.log.flush)
+        first_offset = self.log.log_end_offset
+        try:
+            self.log.append_as_leader(batch, leader_epoch=0)
+            await self.run_blocking(self.log.flush)
+        except OSError as exc:
+            log.error("could not commit %d metadata record(s): %s", len(records), exc)
+            self.log.truncate_to(first_offset)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"the metadata log could not be written: {exc}") from exc
         self.log.high_watermark = self.log.log_end_offset
         old = image = self.image
         for i, record in enumerate(records):
-            image = image.apply(info.first_offset + i, type(record).__name__, record)
+            image = image.apply(first_offset + i, type(record).__name__, record)
         self.image = image
         for listener in self.listeners:
-            listener(old, image)
+            try:
+                listener(old, image)
+            except Exception:  # committed is committed: one listener's bug must not undo it
+                log.exception("metadata listener %r failed at offset %d", listener, image.offset)

@@ -390,3 +390,24 @@ def build_end_txn_marker(
         is_control=True,
         partition_leader_epoch=partition_leader_epoch,
     )
+
+
+# Topic `compression.type` values and the codec each stores batches with ("producer": keep).
+TOPIC_COMPRESSION_CODECS = {
+    "uncompressed": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4, "zstd": Compression.ZSTD,
+}
+
+
+def recompress_batch(batch: BytesLike, compression: Compression) -> bytes:
+    """The same batch (offsets, timestamps, producer fields) stored with another codec: what
+    Kafka does when a topic's compression.type differs from the producer's. Decodes records."""
+    header, records = decode_records(batch)
+    return build_batch(
+        records, base_offset=header.base_offset, compression=compression,
+        producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence, is_transactional=header.is_transactional,
+        timestamp_type=header.timestamp_type, partition_leader_epoch=header.partition_leader_epoch,
+        last_offset_delta=header.last_offset_delta,
+    )
+

@@ -19,6 +19,7 @@ from typing import Any
 from kafka_ext.controller.image import MetadataImage, PartitionImage, TopicImage
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.record_batch import validate_batches
+from kafka_ext.protocol.records import TOPIC_COMPRESSION_CODECS, recompress_batch
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class ReplicaManager:
                     tp = (topic.name, part.partition_id)
                     try:
                         self._ensure_partition(topic, part)
-                    except OSError as exc:  # this partition only; retried on the next image
+                    except (OSError, KafkaError) as exc:  # this partition only; retried later
                         log.error("cannot open the log of %s-%d: %s", *tp, exc)
                         self.storage_errors[tp] = str(exc)
                     else:
@@ -89,12 +90,20 @@ class ReplicaManager:
                    if new.topics_by_id.get(p.topic_id) is None]
         for tp in removed:
             self._remove_partition(tp)
+        for tp in [tp for tp in self.storage_errors if tp[0] not in new.topics_by_name]:
+            del self.storage_errors[tp]
 
     def _ensure_partition(self, topic: TopicImage, part: PartitionImage) -> None:
         tp = (topic.name, part.partition_id)
         hosted = self.partitions.get(tp)
         if hosted is None:
             plog = self.log_manager.get_log(topic.name, part.partition_id)
+            if plog is not None and plog.topic_id not in (None, topic.topic_id):
+                # A log left by an earlier topic of the same name: never serve its data.
+                log.info("removing %s-%d of topic id %s", topic.name, part.partition_id,
+                         plog.topic_id)
+                self.remove_dir(self.log_manager.detach_log(topic.name, part.partition_id))
+                plog = None
             if plog is None:
                 plog = self.log_manager.create_log(topic.name, part.partition_id, topic.topic_id,
                                                    self.log_config_for(topic.name, None))
@@ -132,9 +141,13 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "empty records")
         plog = hosted.log
         # Sizes, magic, CRC and the client rules; MESSAGE_TOO_LARGE is the log's to check.
-        if len(validate_batches(records)) != 1:
+        batches = validate_batches(records)
+        if len(batches) != 1:
             raise KafkaError(ErrorCode.INVALID_RECORD, "Produce requests with version 3 and "
                              "above must contain exactly one record batch per partition")
+        target = TOPIC_COMPRESSION_CODECS.get(plog.config.compression_type)
+        if target is not None and batches[0][1].compression != target:
+            records = recompress_batch(records, target)  # the one produce path that decodes
         # The log stamps LogAppendTime itself when the topic asks for it. A large produce frame
         # arrives as a bytearray this request owns alone: offsets are patched in it, uncopied.
         in_place = isinstance(records, memoryview) and not records.readonly

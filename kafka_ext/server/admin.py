@@ -31,7 +31,7 @@ async def handle_create_topics(ctx: Any, request: Any) -> Any:
     for t in request.topics:
         assignments = ({a.partition_index: list(a.broker_ids) for a in t.assignments}
                        if t.assignments else None)
-        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        configs = {c.name: c.value for c in t.configs}
         creations.append(TopicCreation(t.name, t.num_partitions, t.replication_factor,
                                        assignments, configs))
     results = await ctx.broker.controller.create_topics(creations, request.validate_only)
@@ -230,7 +230,7 @@ async def handle_describe_log_dirs(ctx: Any, request: Any) -> Any:
                 continue
             topics.setdefault(plog.topic, []).append(Response.DescribeLogDirsPartition(
                 partition_index=plog.partition, partition_size=plog.size_bytes,
-                offset_lag=max(plog.log_end_offset - plog.high_watermark, 0),
+                offset_lag=max(plog.high_watermark - plog.log_end_offset, 0),  # Kafka's sign
                 is_future_key=False))
         usage = shutil.disk_usage(log_dir)
         results.append(Response.DescribeLogDirsResult(

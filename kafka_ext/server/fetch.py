@@ -48,7 +48,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
     try:
         session, targets, incremental = _resolve(ctx, request, uses_ids)
     except KafkaError as exc:
-        return _Response(error_code=int(exc.code), session_id=request.session_id, responses=[])
+        return _Response(error_code=int(exc.code), session_id=0, responses=[])
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     while True:
@@ -60,6 +60,10 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
             [(t.topic, t.partition) for t in targets if not t.unknown_topic_id], remaining)
     responses: dict[tuple[str, uuid.UUID], Any] = {}
     for target, data in zip(targets, results, strict=True):
+        if session is not None and _has_records(data.records):
+            # KIP-227 fairness: partitions that got data go last, so that when max_bytes binds
+            # the others are read first next time.
+            session.partitions.move_to_end((target.topic, target.partition))
         changed = target.cached.note_answer(data.high_watermark, data.last_stable_offset,
                                             data.log_start_offset)
         if incremental and not (changed or data.error_code or _has_records(data.records)):
@@ -145,6 +149,8 @@ def _resolve(ctx: Any, request: Any, uses_ids: bool
 
 
 def _read_all(broker: Any, request: Any, targets: list[_Target]) -> tuple[list[Any], int, bool]:
+    """Read every target within the budgets. Records are never null, even on error: librdkafka
+    drops the whole response when a partition's records field is null."""
     replicas = broker.replica_manager
     budget = request.max_bytes
     total = 0
@@ -154,14 +160,14 @@ def _read_all(broker: Any, request: Any, targets: list[_Target]) -> tuple[list[A
         if target.unknown_topic_id:
             results.append(_PartitionData(partition_index=target.partition,
                                           error_code=int(ErrorCode.UNKNOWN_TOPIC_ID),
-                                          high_watermark=-1, records=None))
+                                          high_watermark=-1, records=[]))
             has_error = True
             continue
         hosted = replicas.partitions.get((target.topic, target.partition))
         if hosted is None:
             results.append(_PartitionData(partition_index=target.partition,
                                           error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                                          high_watermark=-1, records=None))
+                                          high_watermark=-1, records=[]))
             has_error = True
             continue
         plog = hosted.log

@@ -12,12 +12,9 @@ from typing import Any
 
 from kafka_ext.protocol.errors import KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.storage.log import LATEST_TIMESTAMP
 
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
-EARLIEST_PENDING_UPLOAD_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -5  # the others (-1 to -4) are the log's to resolve
 
 _Offsets = registry()["ListOffsetsResponse"].cls
 _Epochs = registry()["OffsetForLeaderEpochResponse"].cls
@@ -43,22 +40,19 @@ async def handle_list_offsets(ctx: Any, request: Any) -> Any:
 
 
 def _lookup(hosted: Any, timestamp: int) -> tuple[int, int, int]:
-    """(offset, timestamp, leader epoch) for one ListOffsets query."""
+    """(offset, timestamp, leader epoch) for one ListOffsets query; the log knows the special
+    timestamps, this adds what consumers may see: nothing at or past the high watermark."""
     plog = hosted.log
+    if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:  # no tiered storage: nothing pending
+        return -1, -1, -1
     if timestamp == LATEST_TIMESTAMP:
         return plog.high_watermark, -1, hosted.leader_epoch
-    if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-        start = plog.log_start_offset
-        epoch = plog.epoch_for_offset(start) if hasattr(plog, "epoch_for_offset") else -1
-        return start, -1, epoch if epoch is not None else -1
-    if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
-        return -1, -1, -1
     found = plog.fetch_offset_by_timestamp(timestamp)
     if found is None:
         return -1, -1, -1
     offset, found_timestamp, leader_epoch = found
-    if offset >= plog.high_watermark:  # not yet visible to consumers
-        return -1, -1, -1
+    if offset >= plog.high_watermark and offset != plog.log_start_offset:
+        return -1, -1, -1  # not yet visible to consumers
     return offset, found_timestamp, leader_epoch
 
 

@@ -21,6 +21,8 @@ _Broker = _Response.MetadataResponseBroker
 _Topic = _Response.MetadataResponseTopic
 _Partition = _Response.MetadataResponsePartition
 ZERO_UUID = uuid.UUID(int=0)
+# Kafka's internal topics (a user topic named "__x" is an ordinary topic).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 async def handle_metadata(ctx: Any, request: Any) -> Any:
@@ -58,7 +60,8 @@ async def handle_metadata(ctx: Any, request: Any) -> Any:
 
 def _topic(topic: TopicImage) -> Any:
     return _Topic(
-        error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.name.startswith("__"),
+        error_code=0, name=topic.name, topic_id=topic.topic_id,
+        is_internal=topic.name in INTERNAL_TOPICS,
         partitions=[_Partition(error_code=0, partition_index=p.partition_id, leader_id=p.leader,
                                leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
                                isr_nodes=list(p.isr), offline_replicas=[])

@@ -135,6 +135,10 @@ class AbstractIndex:
         """Write dirty mapped pages to disk (blocks: fsync of the fd flushes the page cache)."""
         os.fsync(self._fd)
 
+    def duplicate_fd(self) -> int:
+        """A new descriptor of the index file, for an fsync that must not hold the log's lock."""
+        return os.dup(self._fd)
+
     def close(self) -> None:
         """Trim to the used entries, unmap and close the file."""
         self.trim_to_valid_size()

@@ -119,6 +119,7 @@ class UnifiedLog:
         "_last_flush_ms",
         "_epoch_cache",
         "_segment_files_lock",
+        "_closed",
         "recovered_segments",
     )
 
@@ -143,6 +144,7 @@ class UnifiedLog:
         self._config = config
         self._clock_ms = clock_ms
         self._segment_files_lock = threading.Lock()
+        self._closed = False  # set by close()/delete(), under the lock; flush then does nothing
         self._segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
         self.recovered_segments = 0  # how many segments the load re-validated (observability)
@@ -324,12 +326,16 @@ class UnifiedLog:
         """
         buf = memoryview(records) if in_place else bytearray(records)
         batches = self._whole_batches(buf)
+        create_time = self._config.message_timestamp_type == TimestampType.CREATE_TIME
+        now_ms = self._clock_ms()
         for _, header in batches:
             if header.size_bytes > self._config.max_message_bytes:
                 raise KafkaError(
                     ErrorCode.MESSAGE_TOO_LARGE,
                     f"batch of {header.size_bytes} bytes exceeds max.message.bytes {self._config.max_message_bytes}",
                 )
+            if create_time:
+                self._check_timestamps(header, now_ms)
         if len(buf) > self._config.segment_bytes:
             raise KafkaError(
                 ErrorCode.RECORD_LIST_TOO_LARGE,
@@ -429,6 +435,19 @@ class UnifiedLog:
                 and header.partition_leader_epoch >= 0
             ):
                 self._epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+
+    def _check_timestamps(self, header: BatchHeader, now_ms: int) -> None:
+        """message.timestamp.before/after.max.ms, checked on the batch's first and largest
+        timestamps (the header's; records are not decoded): INVALID_TIMESTAMP outside them."""
+        earliest = now_ms - self._config.message_timestamp_before_max_ms
+        latest = now_ms + self._config.message_timestamp_after_max_ms
+        for timestamp in (header.base_timestamp, header.max_timestamp):
+            if timestamp != NO_TIMESTAMP and not earliest <= timestamp <= latest:
+                raise KafkaError(
+                    ErrorCode.INVALID_TIMESTAMP,
+                    f"Timestamp {timestamp} of a record is out of range. The timestamp should "
+                    f"be within [{earliest}, {latest}]",
+                )
 
     @staticmethod
     def _whole_batches(buf: BytesLike) -> list[tuple[int, BatchHeader]]:
@@ -737,26 +756,43 @@ class UnifiedLog:
 
     def flush(self, up_to_offset: int | None = None) -> None:
         """fsync segments holding offsets below up_to_offset (default: everything) and advance the
-        recovery point. Blocks: run it in an executor; safe against concurrent appends and reads."""
+        recovery point. Blocks: run it in an executor; safe against concurrent appends and reads.
+
+        The lock is held only to pick the segments and duplicate their descriptors, never
+        across an fsync: retention, truncation and close on the event loop must not wait for
+        the disk. A closed log has nothing left to flush.
+        """
         target = self._log_end_offset if up_to_offset is None else up_to_offset
         with self._segment_files_lock:
+            if self._closed:
+                return
             recovery_point = self._recovery_point
             if target <= recovery_point:
                 return
             segments = self._segments
+            fds: list[int] = []
             for n, segment in enumerate(segments):
                 next_base = segments[n + 1].base_offset if n + 1 < len(segments) else None
                 if segment.base_offset < target and (
                     next_base is None or next_base > recovery_point
                 ):
-                    segment.flush()
-            self._epoch_cache.flush()
-            self._recovery_point = max(self._recovery_point, target)
+                    fds += segment.duplicate_fds()
+        try:
+            for fd in fds:
+                os.fsync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self._epoch_cache.flush()
+        with self._segment_files_lock:
+            # A truncation while we synced may have moved the end below target.
+            self._recovery_point = max(self._recovery_point, min(target, self._log_end_offset))
             self._last_flush_ms = self._clock_ms()
 
     def close(self) -> None:
         """Close every segment (the caller flushed first if it wanted durability)."""
         with self._segment_files_lock:
+            self._closed = True
             self._epoch_cache.flush()
             for segment in self._segments:
                 segment.close()
@@ -764,6 +800,7 @@ class UnifiedLog:
     def delete(self) -> None:
         """Close and remove every file of this log and its directory (blocks)."""
         with self._segment_files_lock:
+            self._closed = True
             for segment in self._segments:
                 segment.delete()
             self._set_segments([])

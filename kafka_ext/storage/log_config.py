@@ -27,7 +27,12 @@ class LogConfig:
     flush_ms: int = LONG_MAX  # flush.ms: fsync when the last flush is this old
     message_timestamp_type: TimestampType = TimestampType.CREATE_TIME  # message.timestamp.type
     max_message_bytes: int = 1024 * 1024 + 12  # max.message.bytes: largest batch accepted
+    # message.timestamp.before/after.max.ms: how far a CreateTime timestamp may lie in the past
+    # or the future of the broker's clock (Kafka 4 defaults: unbounded, one hour).
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3600 * 1000
     cleanup_policy: tuple[str, ...] = ("delete",)  # cleanup.policy: delete and/or compact
+    compression_type: str = "producer"  # compression.type: "producer" keeps the batch's codec
 
     @property
     def deletes_by_retention(self) -> bool:
@@ -51,6 +56,10 @@ class LogConfig:
             try:
                 if name == "message_timestamp_type":
                     changes[name] = _TIMESTAMP_TYPES[value]
+                elif name == "compression_type":
+                    if value not in _COMPRESSION_TYPES:
+                        raise ValueError(value)
+                    changes[name] = value
                 elif name == "cleanup_policy":
                     policy = tuple(p.strip() for p in value.split(",") if p.strip())
                     if not policy or any(p not in ("delete", "compact") for p in policy):
@@ -66,6 +75,7 @@ class LogConfig:
 
 
 _TOPIC_KEYS = {f.name.replace("_", "."): f.name for f in fields(LogConfig)}
+_COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 _TIMESTAMP_TYPES = {
     "CreateTime": TimestampType.CREATE_TIME,
     "LogAppendTime": TimestampType.LOG_APPEND_TIME,

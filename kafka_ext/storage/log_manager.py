@@ -245,10 +245,12 @@ class LogManager:
                 log.flush(offset)
 
     def _write_checkpoint(self, name: str, value: Callable[[UnifiedLog], int]) -> None:
+        # Runs in an executor while the loop may add or remove logs: work on a snapshot taken
+        # by one C-level call (atomic under the GIL), never by iterating the live dicts.
+        logs = list(self._logs.items())
+        dir_of = dict(self._log_dir_of)
         for log_dir in self.log_dirs:
-            offsets = {
-                tp: value(log) for tp, log in self._logs.items() if self._log_dir_of[tp] == log_dir
-            }
+            offsets = {tp: value(log) for tp, log in logs if dir_of.get(tp) == log_dir}
             OffsetCheckpointFile(log_dir / name).write(offsets)
 
     def checkpoint_recovery_points(self) -> None:

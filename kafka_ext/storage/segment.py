@@ -411,6 +411,11 @@ class LogSegment:
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
 
+    def duplicate_fds(self) -> list[int]:
+        """New descriptors of the log and both index files: fsyncing them flushes this segment
+        even if it is closed or deleted meanwhile. The caller closes them."""
+        return [os.dup(self._fd), self.offset_index.duplicate_fd(), self.time_index.duplicate_fd()]
+
     def flush(self) -> None:
         """fsync the log and both indexes (blocks; safe against a concurrent append)."""
         os.fsync(self._fd)

@@ -554,3 +554,19 @@ def test_aiokafka_consumer_long_poll_returns_records_produced_while_it_waits(bro
     assert asyncio.run(run()) == expected_messages(records, range(5))[:1]
     wait_until(lambda: watermarks_confluent(broker.bootstrap, topic, 0) == (0, 5), 30,
                "high watermark 5")
+
+
+def test_topic_compression_type_recompresses_what_producers_send(broker: Any) -> None:
+    """compression.type=zstd on the topic: the broker stores zstd whatever the producer used,
+    with the same offsets, keys, values, headers and timestamps."""
+    topic = new_topic_name("recompress")
+    create_topic(broker.bootstrap, topic, partitions=1, config={"compression.type": "zstd"})
+    records = make_records(500, partitions=1)
+    offsets = PRODUCERS["confluent"](broker.bootstrap, topic, records,
+                                     {"compression.type": "gzip", "linger.ms": 20})
+    assert offsets == dense_offsets(records)
+
+    batches = read_batch_headers(segment_files(broker.data_dir, topic, 0)[0])
+    assert {b.compression_codec for b in batches} == {CODEC_IDS["zstd"]}
+    consumed = CONSUMERS["kafka-python"](broker.bootstrap, topic, {0: 0}, len(records))
+    assert_same_per_partition(consumed, expected_messages(records, offsets))

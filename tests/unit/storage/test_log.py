@@ -67,6 +67,27 @@ def test_oversized_batch_is_rejected(tmp_path: Path, clock, make_batch) -> None:
     assert log.log_end_offset == 0
 
 
+@pytest.mark.parametrize("timestamps", [[1_000_000 + 3_601_000], [1_000_000 - 10_001, 1_000_000]],
+                         ids=["too-far-ahead", "first-too-old"])
+def test_create_time_outside_the_timestamp_bounds_is_invalid_timestamp(
+        tmp_path: Path, clock, make_batch, timestamps: list[int]) -> None:
+    log = _open(tmp_path, clock, message_timestamp_before_max_ms=10_000)
+    with pytest.raises(KafkaError) as err:
+        log.append_as_leader(make_batch(timestamps=timestamps), 0)
+    assert err.value.code == ErrorCode.INVALID_TIMESTAMP
+    assert log.log_end_offset == 0
+    log.append_as_leader(make_batch(timestamps=[1_000_000 + 3_600_000]), 0)  # the bound itself
+    assert log.log_end_offset == 1
+
+
+def test_log_append_time_topics_accept_any_producer_timestamp(
+        tmp_path: Path, clock, make_batch) -> None:
+    log = _open(tmp_path, clock, message_timestamp_type=TimestampType.LOG_APPEND_TIME,
+                message_timestamp_before_max_ms=10)
+    log.append_as_leader(make_batch(timestamps=[1]), 0)
+    assert log.log_end_offset == 1
+
+
 def test_roll_by_size_creates_new_segment(tmp_path: Path, clock, make_batch) -> None:
     batch = make_batch(1, value_size=100)
     log = _open(tmp_path, clock, segment_bytes=3 * len(batch))
