@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import socket
 
+from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.framing import SIZE, decode_response, encode_request
 from kafka_ext.protocol.messages import registry
 
-API_VERSIONS = 18
 PROBE_VERSION = 3
 
 
@@ -33,9 +33,10 @@ def api_versions_ok(host: str, port: int, timeout_s: float = 1.0,
                                                    client_software_version="0")
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(encode_request(API_VERSIONS, PROBE_VERSION, 1, client_id, request))
+            key = ApiKey.API_VERSIONS
+            sock.sendall(encode_request(key, PROBE_VERSION, 1, client_id, request))
             (size,) = SIZE.unpack(recv_exact(sock, 4))
-            _, body = decode_response(recv_exact(sock, size), API_VERSIONS, PROBE_VERSION)
+            _, body = decode_response(recv_exact(sock, size), key, PROBE_VERSION)
             return bool(body.error_code == 0)
     except OSError:
         return False

@@ -19,6 +19,7 @@ from typing import Any
 
 from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from kafka_ext.controller.metadata_log import METADATA_TOPIC, build_metadata_batch, replay
+from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.config import TOPIC_CONFIGS, ConfigError, ConfigType
@@ -67,7 +68,7 @@ class TopicCreationResult:
     name: str
     error: ErrorCode = ErrorCode.NONE
     message: str | None = None
-    topic_id: uuid.UUID = uuid.UUID(int=0)
+    topic_id: uuid.UUID = ZERO_UUID
     num_partitions: int = -1
     replication_factor: int = -1
     configs: dict[str, str] = field(default_factory=dict)
@@ -253,7 +254,7 @@ class QuorumController:
             for name in names:
                 topic = self.image.topics_by_name.get(name)
                 if topic is None:
-                    results[name] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, uuid.UUID(int=0))
+                    results[name] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ZERO_UUID)
                     continue
                 results[name] = (ErrorCode.NONE, topic.topic_id)
                 records.append(self._record("RemoveTopicRecord", topic_id=topic.topic_id))

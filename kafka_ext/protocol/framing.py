@@ -9,12 +9,12 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError
 from kafka_ext.protocol.messages import MessageType, registry
 
 SIZE = struct.Struct(">i")            # frame length, excluding these 4 bytes
 REQUEST_PREFIX = struct.Struct(">hhi")  # request_api_key, request_api_version, correlation_id
-API_VERSIONS_KEY = 18
 
 
 class FrameTooLarge(KafkaError):
@@ -45,7 +45,7 @@ def request_header_version(api_key: int, api_version: int) -> int:
 
 def response_header_version(api_key: int, api_version: int) -> int:
     """v1 for flexible versions, except ApiVersions which always answers with v0 (KIP-511)."""
-    if api_key == API_VERSIONS_KEY:
+    if api_key == ApiKey.API_VERSIONS:
         return 0
     mtype = registry().responses.get(api_key)
     if mtype is not None and api_version in mtype.versions and mtype.is_flexible(api_version):

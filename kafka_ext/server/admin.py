@@ -15,17 +15,18 @@ from typing import Any
 
 from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from kafka_ext.controller.quorum_controller import ConfigChange, TopicCreation
+from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.config import describe_broker_configs, describe_topic_configs
+from kafka_ext.server.dispatcher import RequestContext
 
 _reg = registry()
-ZERO_UUID = uuid.UUID(int=0)
 
 
 # -- topics ------------------------------------------------------------------------------------
 
-async def handle_create_topics(ctx: Any, request: Any) -> Any:
+async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["CreateTopicsResponse"].cls
     creations = []
     for t in request.topics:
@@ -50,7 +51,7 @@ async def handle_create_topics(ctx: Any, request: Any) -> Any:
     return Response(topics=topics)
 
 
-async def handle_delete_topics(ctx: Any, request: Any) -> Any:
+async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["DeleteTopicsResponse"].cls
     image = ctx.broker.controller.image
     if not ctx.broker.config.delete_topic_enable:
@@ -81,7 +82,7 @@ async def handle_delete_topics(ctx: Any, request: Any) -> Any:
     return Response(responses=results)
 
 
-async def handle_create_partitions(ctx: Any, request: Any) -> Any:
+async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["CreatePartitionsResponse"].cls
     results = []
     for t in request.topics:
@@ -97,7 +98,7 @@ async def handle_create_partitions(ctx: Any, request: Any) -> Any:
     return Response(results=results)
 
 
-async def handle_delete_records(ctx: Any, request: Any) -> Any:
+async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
     """Move each partition's log start offset; -1 means the high watermark."""
     Response = _reg["DeleteRecordsResponse"].cls
     replicas = ctx.broker.replica_manager
@@ -127,7 +128,7 @@ async def handle_delete_records(ctx: Any, request: Any) -> Any:
 
 # -- configs -----------------------------------------------------------------------------------
 
-async def handle_describe_configs(ctx: Any, request: Any) -> Any:
+async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["DescribeConfigsResponse"].cls
     broker = ctx.broker
     image = broker.controller.image
@@ -166,7 +167,7 @@ async def handle_describe_configs(ctx: Any, request: Any) -> Any:
     return Response(results=results)
 
 
-async def _alter(ctx: Any, request: Any, incremental: bool) -> Any:
+async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
     Response = _reg["IncrementalAlterConfigsResponse" if incremental else "AlterConfigsResponse"].cls
     responses = []
     for res in request.resources:
@@ -190,17 +191,17 @@ async def _alter(ctx: Any, request: Any, incremental: bool) -> Any:
     return Response(responses=responses)
 
 
-async def handle_alter_configs(ctx: Any, request: Any) -> Any:
+async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
     return await _alter(ctx, request, incremental=False)
 
 
-async def handle_incremental_alter_configs(ctx: Any, request: Any) -> Any:
+async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     return await _alter(ctx, request, incremental=True)
 
 
 # -- cluster and log dirs ----------------------------------------------------------------------
 
-async def handle_describe_cluster(ctx: Any, request: Any) -> Any:
+async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["DescribeClusterResponse"].cls
     broker = ctx.broker
     if ctx.api_version >= 1 and request.endpoint_type != 1:  # 1: brokers; 2: controllers
@@ -214,7 +215,7 @@ async def handle_describe_cluster(ctx: Any, request: Any) -> Any:
                              for n in broker.live_nodes()])
 
 
-async def handle_describe_log_dirs(ctx: Any, request: Any) -> Any:
+async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     """Every log dir with its partitions (filtered by the request's topics), sizes and space."""
     Response = _reg["DescribeLogDirsResponse"].cls
     log_manager = ctx.broker.log_manager

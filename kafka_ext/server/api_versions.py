@@ -13,6 +13,7 @@ from typing import Any
 from kafka_ext.protocol.api_keys import ApiKey, advertised_ranges
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.dispatcher import RequestContext
 
 
 def api_versions_response(implemented: Iterable[int], error: ErrorCode = ErrorCode.NONE) -> Any:
@@ -22,5 +23,5 @@ def api_versions_response(implemented: Iterable[int], error: ErrorCode = ErrorCo
         for r in advertised_ranges(implemented)])
 
 
-async def handle_api_versions(ctx: Any, request: Any) -> Any:
+async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
     return api_versions_response(ctx.broker.dispatcher.handlers)

@@ -15,7 +15,7 @@ import resource
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,9 +150,16 @@ class Broker:
         for listener in self.config.listeners:
             self.bound_ports.append(await self.socket_server.listen(listener.host, listener.port))
         loop = asyncio.get_running_loop()
-        self._tasks += [loop.create_task(self._flush_loop()),
-                        loop.create_task(self._retention_loop()),
-                        loop.create_task(self._checkpoint_loop())]
+        config = self.config
+        self._tasks += [
+            loop.create_task(self._every(
+                min(max(config.log_flush_scheduler_interval_ms, 10), 1000) / 1000,
+                self._flush_due_logs)),
+            loop.create_task(self._every(config.log_retention_check_interval_ms / 1000,
+                                         self._apply_retention)),
+            loop.create_task(self._every(config.log_flush_offset_checkpoint_interval_ms / 1000,
+                                         self._write_checkpoints)),
+        ]
         log.info("kafka-ext broker %d started (cluster %s) on ports %s",
                  self.node_id, self.cluster_id, self.bound_ports)
 
@@ -182,34 +189,35 @@ class Broker:
 
     # -- background work ---------------------------------------------------------------------
 
-    async def _flush_loop(self) -> None:
+    async def _every(self, interval_s: float, job: Callable[[], Awaitable[None]]) -> None:
+        """Run `job` every interval until cancelled; a failure is logged and the next round
+        runs anyway (a background task that dies quietly would stop flushing for good)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await job()
+            except Exception:
+                log.exception("background job %s failed; retrying in %.1f s",
+                              getattr(job, "__name__", job), interval_s)
+
+    async def _flush_due_logs(self) -> None:
         """fsync logs whose flush.messages / flush.ms policy asks for it, off the loop."""
-        interval_s = max(self.config.log_flush_scheduler_interval_ms, 10) / 1000
-        while True:
-            await asyncio.sleep(min(interval_s, 1.0))
-            now_ms = int(time.time() * 1000)
-            due = [p.log for p in self.replica_manager.partitions.values()
-                   if p.log.needs_flush(now_ms)]
-            for plog in due:
-                await self.run_blocking(plog.flush)
+        now_ms = int(time.time() * 1000)
+        for hosted in list(self.replica_manager.partitions.values()):
+            if hosted.log.needs_flush(now_ms):
+                await self.run_blocking(hosted.log.flush)
 
-    async def _retention_loop(self) -> None:
-        interval_s = self.config.log_retention_check_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval_s)
-            now_ms = int(time.time() * 1000)
-            for hosted in list(self.replica_manager.partitions.values()):
-                deleted = hosted.log.delete_retention_segments(now_ms)
-                if deleted:
-                    log.info("retention deleted %d segment(s) of %s-%d", deleted,
-                             hosted.topic, hosted.partition)
+    async def _apply_retention(self) -> None:
+        now_ms = int(time.time() * 1000)
+        for hosted in list(self.replica_manager.partitions.values()):
+            deleted = hosted.log.delete_retention_segments(now_ms)
+            if deleted:
+                log.info("retention deleted %d segment(s) of %s-%d", deleted,
+                         hosted.topic, hosted.partition)
 
-    async def _checkpoint_loop(self) -> None:
-        interval_s = self.config.log_flush_offset_checkpoint_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval_s)
-            await self.run_blocking(self.log_manager.checkpoint_recovery_points)
-            await self.run_blocking(self.log_manager.checkpoint_log_start_offsets)
+    async def _write_checkpoints(self) -> None:
+        await self.run_blocking(self.log_manager.checkpoint_recovery_points)
+        await self.run_blocking(self.log_manager.checkpoint_log_start_offsets)
 
 
 def _formatted_cluster_id(config: BrokerConfig) -> str:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka_ext.network.connection import CloseConnection, KafkaConnection
+from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError
 from kafka_ext.protocol.framing import (
     decode_request_header,
@@ -24,9 +25,11 @@ from kafka_ext.protocol.framing import (
 )
 from kafka_ext.protocol.messages import registry
 
+if TYPE_CHECKING:
+    from kafka_ext.server.broker import Broker
+
 log = logging.getLogger(__name__)
 
-API_VERSIONS = 18
 
 
 @dataclass(slots=True)
@@ -35,7 +38,7 @@ class RequestContext:
 
     header: Any
     api_version: int
-    broker: Any  # server.broker.Broker
+    broker: Broker
     connection: KafkaConnection
 
     @property
@@ -68,7 +71,7 @@ class RequestDispatcher:
         if handler is None or request_type is None:
             raise CloseConnection(f"unsupported API key {api_key}")
         if api_version not in request_type.versions:
-            if api_key == API_VERSIONS:
+            if api_key == ApiKey.API_VERSIONS:
                 return self._api_versions_fallback(correlation_id)
             raise CloseConnection(f"unsupported version {api_version} of API {api_key}")
         try:
@@ -113,4 +116,5 @@ class RequestDispatcher:
     def _api_versions_fallback(self, correlation_id: int) -> list[Any]:
         from kafka_ext.server.api_versions import api_versions_response
         body = api_versions_response(self.handlers, ErrorCode.UNSUPPORTED_VERSION)
-        return encode_response(correlation_id, 0, self._registry.responses[API_VERSIONS], 0, body)
+        response_type = self._registry.responses[ApiKey.API_VERSIONS]
+        return encode_response(correlation_id, 0, response_type, 0, body)

@@ -14,8 +14,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.dispatcher import RequestContext
 from kafka_ext.server.fetch_session import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -27,7 +29,6 @@ from kafka_ext.server.fetch_session import (
 _Response = registry()["FetchResponse"].cls
 _TopicResponse = _Response.FetchableTopicResponse
 _PartitionData = _Response.PartitionData
-ZERO_UUID = uuid.UUID(int=0)
 TOPIC_IDS_VERSION = 13
 READ_COMMITTED = 1
 
@@ -42,7 +43,7 @@ class _Target:
     unknown_topic_id: bool = False
 
 
-async def handle_fetch(ctx: Any, request: Any) -> Any:
+async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     uses_ids = ctx.api_version >= TOPIC_IDS_VERSION
     try:
@@ -82,7 +83,7 @@ def _has_records(records: Any) -> bool:
     return bool(records) and any(len(r) for r in records)
 
 
-def _resolve(ctx: Any, request: Any, uses_ids: bool
+def _resolve(ctx: RequestContext, request: Any, uses_ids: bool
              ) -> tuple[FetchSession | None, list[_Target], bool]:
     """Apply the request to the session cache; the partitions to answer and whether incremental."""
     cache = ctx.broker.fetch_sessions
@@ -133,17 +134,20 @@ def _resolve(ctx: Any, request: Any, uses_ids: bool
         for forgotten in request.forgotten_topics_data:
             if uses_ids:
                 found = image.topics_by_id.get(forgotten.topic_id)
-                name = found.name if found else None
+                if found is None:
+                    continue  # a topic gone since: its partitions left the session with it
+                name = found.name
             else:
                 name = forgotten.topic
             for partition in forgotten.partitions:
                 partitions.pop((name, partition), None)
     targets = []
     for (name, partition), cached in partitions.items():
-        topic_id, leader_epoch = ids.get((name, partition), (None, -1))
-        if topic_id is None:
+        if (name, partition) in ids:
+            topic_id, leader_epoch = ids[(name, partition)]
+        else:  # carried by the session, not named in this request
             found = image.topics_by_name.get(name)
-            topic_id = found.topic_id if found else ZERO_UUID
+            topic_id, leader_epoch = (found.topic_id if found else ZERO_UUID), -1
         targets.append(_Target(name, topic_id, partition, cached, leader_epoch))
     return session, targets + unknown, incremental
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from kafka_ext.protocol.errors import KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.dispatcher import RequestContext
 from kafka_ext.storage.log import LATEST_TIMESTAMP
 
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -5  # the others (-1 to -4) are the log's to resolve
@@ -20,7 +21,7 @@ _Offsets = registry()["ListOffsetsResponse"].cls
 _Epochs = registry()["OffsetForLeaderEpochResponse"].cls
 
 
-async def handle_list_offsets(ctx: Any, request: Any) -> Any:
+async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     replicas = ctx.broker.replica_manager
     topics = []
     for topic in request.topics:
@@ -56,7 +57,7 @@ def _lookup(hosted: Any, timestamp: int) -> tuple[int, int, int]:
     return offset, found_timestamp, leader_epoch
 
 
-async def handle_offset_for_leader_epoch(ctx: Any, request: Any) -> Any:
+async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     replicas = ctx.broker.replica_manager
     topics = []
     for topic in request.topics:

@@ -8,24 +8,24 @@ Internal topics (`__cluster_metadata`) are never listed.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from kafka_ext.controller.image import TopicImage
 from kafka_ext.controller.quorum_controller import TopicCreation, check_topic_name
+from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.dispatcher import RequestContext
 
 _Response = registry()["MetadataResponse"].cls
 _Broker = _Response.MetadataResponseBroker
 _Topic = _Response.MetadataResponseTopic
 _Partition = _Response.MetadataResponsePartition
-ZERO_UUID = uuid.UUID(int=0)
 # Kafka's internal topics (a user topic named "__x" is an ordinary topic).
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
-async def handle_metadata(ctx: Any, request: Any) -> Any:
+async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     image = broker.controller.image
     wanted = request.topics
@@ -68,7 +68,7 @@ def _topic(topic: TopicImage) -> Any:
                     for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)])
 
 
-async def _auto_create(ctx: Any, request: Any, names: list[str]) -> list[Any]:
+async def _auto_create(ctx: RequestContext, request: Any, names: list[str]) -> list[Any]:
     broker = ctx.broker
     allowed = broker.config.auto_create_topics_enable and (
         ctx.api_version < 4 or request.allow_auto_topic_creation)

@@ -15,6 +15,7 @@ from typing import Any
 from kafka_ext.network.connection import CloseConnection
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.dispatcher import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ _TopicResponse = _Response.TopicProduceResponse
 _PartitionResponse = _Response.PartitionProduceResponse
 
 
-async def handle_produce(ctx: Any, request: Any) -> Any:
+async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if request.acks not in (0, 1, -1):
         return _error_for_all(request, ErrorCode.INVALID_REQUIRED_ACKS)
     replicas = ctx.broker.replica_manager
