@@ -1,12 +1,15 @@
 """MetadataImage: the cluster's state as of one offset of `__cluster_metadata`; never mutated.
 
-Mirrors Kafka's MetadataImage/MetadataDelta: `apply` returns a new image that shares every part
-the record did not touch, so request handlers can keep reading the image they started with.
+Mirrors Kafka's MetadataImage/MetadataDelta: records are applied to a MetadataDelta, which
+copies each part of the image at most once however many records touch it, and `apply` returns
+the new image; request handlers keep reading the image they started with. Applying N records
+costs O(N + size of the parts they touch), so replaying a large log stays linear.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -51,35 +54,91 @@ class MetadataImage:
 
     def apply(self, offset: int, record_name: str, record: Any) -> MetadataImage:
         """The image after one record; unknown record types leave it unchanged."""
-        apply = _APPLIERS.get(record_name)
-        image = apply(self, record) if apply else self
-        return replace(image, offset=offset)
+        return self.apply_all(offset, [(record_name, record)])
+
+    def apply_all(self, first_offset: int, records: Iterable[tuple[str, Any]]) -> MetadataImage:
+        """The image after records at first_offset, first_offset + 1, ...; one copy per part."""
+        delta = MetadataDelta(self)
+        count = 0
+        for name, record in records:
+            count += 1
+            apply = _APPLIERS.get(name)
+            if apply is not None:
+                apply(delta, record)
+        return delta.image(first_offset + count - 1)
 
 
-def _put_topic(image: MetadataImage, topic: TopicImage) -> MetadataImage:
-    by_name = dict(image.topics_by_name)
-    by_id = dict(image.topics_by_id)
-    by_name[topic.name] = topic
-    by_id[topic.topic_id] = topic
-    return replace(image, topics_by_name=by_name, topics_by_id=by_id)
+class MetadataDelta:
+    """Changes on top of an image, built record by record; owned by one apply_all call."""
+
+    def __init__(self, base: MetadataImage) -> None:
+        self.base = base
+        self._by_name: dict[str, TopicImage] | None = None
+        self._by_id: dict[uuid.UUID, TopicImage] | None = None
+        self._configs: dict[tuple[int, str], dict[str, str]] | None = None
+        self._features: dict[str, int] | None = None
+        # Topics whose partitions dict this delta already copied (safe to mutate), by id.
+        self._own_partitions: set[uuid.UUID] = set()
+
+    def topics(self) -> tuple[dict[str, TopicImage], dict[uuid.UUID, TopicImage]]:
+        if self._by_name is None or self._by_id is None:
+            self._by_name = dict(self.base.topics_by_name)
+            self._by_id = dict(self.base.topics_by_id)
+        return self._by_name, self._by_id
+
+    def add_topic(self, name: str, topic_id: uuid.UUID) -> None:
+        self.put_topic(TopicImage(name, topic_id, {}))
+        self._own_partitions.add(topic_id)  # a new, empty dict of its own
+
+    def put_topic(self, topic: TopicImage) -> None:
+        by_name, by_id = self.topics()
+        by_name[topic.name] = topic
+        by_id[topic.topic_id] = topic
+
+    def partitions_of(self, topic_id: uuid.UUID) -> dict[int, PartitionImage]:
+        """The topic's partitions, as a dict this delta may change."""
+        _, by_id = self.topics()
+        topic = by_id[topic_id]
+        if topic_id not in self._own_partitions:
+            topic = replace(topic, partitions=dict(topic.partitions))
+            self.put_topic(topic)
+            self._own_partitions.add(topic_id)
+        return topic.partitions
+
+    def configs(self) -> dict[tuple[int, str], dict[str, str]]:
+        if self._configs is None:
+            self._configs = dict(self.base.configs)
+        return self._configs
+
+    def features(self) -> dict[str, int]:
+        if self._features is None:
+            self._features = dict(self.base.features)
+        return self._features
+
+    def image(self, offset: int) -> MetadataImage:
+        base = self.base
+        return MetadataImage(
+            offset=max(offset, base.offset),
+            topics_by_name=base.topics_by_name if self._by_name is None else self._by_name,
+            topics_by_id=base.topics_by_id if self._by_id is None else self._by_id,
+            configs=base.configs if self._configs is None else self._configs,
+            features=base.features if self._features is None else self._features,
+        )
 
 
-def _apply_topic(image: MetadataImage, record: Any) -> MetadataImage:
-    return _put_topic(image, TopicImage(record.name, record.topic_id, {}))
+def _apply_topic(delta: MetadataDelta, record: Any) -> None:
+    delta.add_topic(record.name, record.topic_id)
 
 
-def _apply_partition(image: MetadataImage, record: Any) -> MetadataImage:
-    topic = image.topics_by_id[record.topic_id]
-    partitions = dict(topic.partitions)
-    partitions[record.partition_id] = PartitionImage(
+def _apply_partition(delta: MetadataDelta, record: Any) -> None:
+    delta.partitions_of(record.topic_id)[record.partition_id] = PartitionImage(
         record.partition_id, tuple(record.replicas), tuple(record.isr), record.leader,
         record.leader_epoch, record.partition_epoch)
-    return _put_topic(image, replace(topic, partitions=partitions))
 
 
-def _apply_partition_change(image: MetadataImage, record: Any) -> MetadataImage:
-    topic = image.topics_by_id[record.topic_id]
-    old = topic.partitions[record.partition_id]
+def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:
+    partitions = delta.partitions_of(record.topic_id)
+    old = partitions[record.partition_id]
     changes: dict[str, Any] = {"partition_epoch": old.partition_epoch + 1}
     if record.isr is not None:
         changes["isr"] = tuple(record.isr)
@@ -88,43 +147,34 @@ def _apply_partition_change(image: MetadataImage, record: Any) -> MetadataImage:
     if record.leader != -2:  # -2: leader unchanged
         changes["leader"] = record.leader
         changes["leader_epoch"] = old.leader_epoch + 1
-    partitions = dict(topic.partitions)
     partitions[record.partition_id] = replace(old, **changes)
-    return _put_topic(image, replace(topic, partitions=partitions))
 
 
-def _apply_remove_topic(image: MetadataImage, record: Any) -> MetadataImage:
-    topic = image.topics_by_id.get(record.topic_id)
+def _apply_remove_topic(delta: MetadataDelta, record: Any) -> None:
+    by_name, by_id = delta.topics()
+    topic = by_id.pop(record.topic_id, None)
     if topic is None:
-        return image
-    by_name = dict(image.topics_by_name)
-    by_id = dict(image.topics_by_id)
+        return
     del by_name[topic.name]
-    del by_id[topic.topic_id]
-    configs = dict(image.configs)
-    configs.pop((TOPIC_RESOURCE, topic.name), None)
-    return replace(image, topics_by_name=by_name, topics_by_id=by_id, configs=configs)
+    delta.configs().pop((TOPIC_RESOURCE, topic.name), None)
 
 
-def _apply_config(image: MetadataImage, record: Any) -> MetadataImage:
+def _apply_config(delta: MetadataDelta, record: Any) -> None:
+    configs = delta.configs()
     key = (record.resource_type, record.resource_name)
-    configs = dict(image.configs)
     values = dict(configs.get(key, {}))
     if record.value is None:
         values.pop(record.name, None)
     else:
         values[record.name] = record.value
     configs[key] = values
-    return replace(image, configs=configs)
 
 
-def _apply_feature_level(image: MetadataImage, record: Any) -> MetadataImage:
-    features = dict(image.features)
-    features[record.name] = record.feature_level
-    return replace(image, features=features)
+def _apply_feature_level(delta: MetadataDelta, record: Any) -> None:
+    delta.features()[record.name] = record.feature_level
 
 
-_APPLIERS = {
+_APPLIERS: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "TopicRecord": _apply_topic,
     "PartitionRecord": _apply_partition,
     "PartitionChangeRecord": _apply_partition_change,

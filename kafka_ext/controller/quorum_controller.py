@@ -106,8 +106,17 @@ class QuorumController:
     def load(self) -> None:
         """Replay the whole metadata log into the image (blocking; called before serving)."""
         image = MetadataImage()
+        batch: list[tuple[str, Any]] = []
+        first_offset = 0
         for offset, name, record in replay(self.log):
-            image = image.apply(offset, name, record)
+            if not batch:
+                first_offset = offset
+            elif offset != first_offset + len(batch):  # a gap (compacted away): apply so far
+                image = image.apply_all(first_offset, batch)
+                batch, first_offset = [], offset
+            batch.append((name, record))
+        if batch:
+            image = image.apply_all(first_offset, batch)
         self.image = image
         log.info("replayed __cluster_metadata up to offset %d: %d topics",
                  image.offset, len(image.topics_by_name))
@@ -379,9 +388,8 @@ class QuorumController:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
                              f"the metadata log could not be written: {exc}") from exc
         self.log.high_watermark = self.log.log_end_offset
-        old = image = self.image
-        for i, record in enumerate(records):
-            image = image.apply(first_offset + i, type(record).__name__, record)
+        old = self.image
+        image = old.apply_all(first_offset, [(type(r).__name__, r) for r in records])
         self.image = image
         for listener in self.listeners:
             try:

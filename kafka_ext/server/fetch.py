@@ -96,7 +96,7 @@ def _resolve(ctx: RequestContext, request: Any, uses_ids: bool
     elif epoch == INITIAL_EPOCH:
         if session_id != SESSIONLESS_ID:
             cache.remove(session_id)
-        session = cache.create()
+        session = cache.create()  # None when the cache is full: a sessionless full fetch
     elif epoch == FINAL_EPOCH:
         cache.remove(session_id)
     else:

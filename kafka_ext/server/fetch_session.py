@@ -12,6 +12,7 @@ import itertools
 import random
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
@@ -50,22 +51,36 @@ class FetchSession:
     session_id: int
     epoch: int  # the epoch the next request must carry
     partitions: OrderedDict[PartitionKey, CachedPartition] = field(default_factory=OrderedDict)
-    last_used_s: float = field(default_factory=time.monotonic)
+    last_used_s: float = 0.0
 
 
 class FetchSessionCache:
-    """Owned by the broker; at most `max_sessions` sessions, least recently used evicted."""
+    """Owned by the broker; at most `max_sessions` sessions.
 
-    def __init__(self, max_sessions: int = 1000) -> None:
+    When full, the least recently used session makes room only if it has been idle for
+    `min_evictable_idle_s`; otherwise the new fetcher gets no session (id 0) and fetches in
+    full, so busy fetchers never push each other out in turn (Kafka's cache behaves alike).
+    """
+
+    def __init__(self, max_sessions: int = 1000, min_evictable_idle_s: float = 60.0,
+                 clock_s: Callable[[], float] = time.monotonic) -> None:
         self.max_sessions = max_sessions
+        self.min_evictable_idle_s = min_evictable_idle_s
+        self._clock_s = clock_s
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
         self._ids = itertools.count(random.randint(1, 1 << 30))
 
-    def create(self) -> FetchSession:
-        while len(self._sessions) >= self.max_sessions:
+    def create(self) -> FetchSession | None:
+        """A new session, or None when the cache is full of recently used ones."""
+        if self.max_sessions <= 0:
+            return None
+        if len(self._sessions) >= self.max_sessions:
+            oldest = next(iter(self._sessions.values()))
+            if self._clock_s() - oldest.last_used_s < self.min_evictable_idle_s:
+                return None
             self._sessions.popitem(last=False)
         session_id = next(self._ids) & 0x7FFFFFFF or next(self._ids)
-        session = FetchSession(session_id, epoch=1)
+        session = FetchSession(session_id, epoch=1, last_used_s=self._clock_s())
         self._sessions[session_id] = session
         return session
 
@@ -81,7 +96,7 @@ class FetchSessionCache:
             raise KafkaError(ErrorCode.INVALID_FETCH_SESSION_EPOCH,
                              f"session {session_id} expects epoch {session.epoch}, got {epoch}")
         self._sessions.move_to_end(session_id)
-        session.last_used_s = time.monotonic()
+        session.last_used_s = self._clock_s()
         return session
 
     def __len__(self) -> int:

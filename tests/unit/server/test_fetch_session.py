@@ -109,16 +109,43 @@ def test_remove_forgets_the_session() -> None:
         ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
 
 
-def test_the_least_recently_used_session_is_evicted_at_max_sessions() -> None:
-    cache = FetchSessionCache(max_sessions=2)
+class _Clock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_the_least_recently_used_idle_session_is_evicted_at_max_sessions() -> None:
+    clock = _Clock()
+    cache = FetchSessionCache(max_sessions=2, min_evictable_idle_s=60, clock_s=clock)
     first, second = cache.create(), cache.create()
+    assert first is not None and second is not None
+    clock.now_s += 30
     cache.lookup(first.session_id, 1)  # first is now the most recently used
+    clock.now_s += 31  # second has been idle 61 s, first 31 s
     third = cache.create()
+    assert third is not None
     assert len(cache) == 2
     assert _error_of(lambda: cache.lookup(second.session_id, 1)) == (
         ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
-    assert cache.lookup(first.session_id, 1) is first
+    assert cache.lookup(first.session_id, 1) is first  # lookup alone never moves the epoch
     assert cache.lookup(third.session_id, 1) is third
+
+
+def test_a_full_cache_of_busy_sessions_refuses_a_new_one_instead_of_evicting() -> None:
+    clock = _Clock()
+    cache = FetchSessionCache(max_sessions=2, min_evictable_idle_s=60, clock_s=clock)
+    first, _ = cache.create(), cache.create()
+    clock.now_s += 59
+    assert cache.create() is None
+    assert len(cache) == 2
+    assert first is not None and cache.lookup(first.session_id, 1) is first
+
+
+def test_a_cache_of_zero_sessions_never_creates_one() -> None:
+    assert FetchSessionCache(max_sessions=0).create() is None
 
 
 # -- CachedPartition -------------------------------------------------------------------------
