@@ -167,11 +167,12 @@ def _read_all(broker: Any, request: Any, targets: list[_Target]) -> tuple[list[A
                                           high_watermark=-1, records=[]))
             has_error = True
             continue
-        hosted = replicas.partitions.get((target.topic, target.partition))
-        if hosted is None:
+        try:
+            hosted = replicas.leader_partition(target.topic, target.partition)
+        except KafkaError as exc:  # unknown here, or its log could not be opened
             results.append(_PartitionData(partition_index=target.partition,
-                                          error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                                          high_watermark=-1, records=[]))
+                                          error_code=int(exc.code), high_watermark=-1,
+                                          records=[]))
             has_error = True
             continue
         plog = hosted.log
