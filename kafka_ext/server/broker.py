@@ -31,6 +31,7 @@ from kafka_ext.replication.replica_manager import ReplicaManager
 from kafka_ext.server import admin, api_versions, fetch, list_offsets, metadata, produce
 from kafka_ext.server.config import (
     BrokerConfig,
+    ConfigError,
     format_config_value,
     validate_topic_config,
 )
@@ -56,6 +57,7 @@ class Broker:
     """One kafka-ext process; everything it owns runs on its event loop."""
 
     def __init__(self, config: BrokerConfig) -> None:
+        _check_supported(config)
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = _formatted_cluster_id(config)
@@ -218,6 +220,21 @@ class Broker:
     async def _write_checkpoints(self) -> None:
         await self.run_blocking(self.log_manager.checkpoint_recovery_points)
         await self.run_blocking(self.log_manager.checkpoint_log_start_offsets)
+
+
+def _check_supported(config: BrokerConfig) -> None:
+    """Refuse settings this broker would otherwise ignore: a listener declared SSL or SASL must
+    never serve plaintext, and a broker-only or controller-only node needs a quorum we lack."""
+    for listener in config.listeners:
+        protocol = config.security_protocol(listener.name)
+        if protocol != "PLAINTEXT":
+            raise ConfigError(f"listener {listener.name} uses {protocol}, which kafka-ext does "
+                              "not serve yet; only PLAINTEXT listeners are supported",
+                              "listeners", listener.name)
+    if set(config.process_roles) != {"broker", "controller"}:
+        raise ConfigError("only process.roles=broker,controller (a single node that is its own "
+                          "controller) is supported yet", "process.roles",
+                          ",".join(config.process_roles))
 
 
 def _formatted_cluster_id(config: BrokerConfig) -> str:
