@@ -123,6 +123,7 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
         topics.append(Response.DeleteRecordsTopicResult(name=t.name, partitions=partitions))
     # The new log start offsets must survive a restart before we acknowledge them.
     await ctx.broker.run_blocking(ctx.broker.log_manager.checkpoint_log_start_offsets)
+    await ctx.broker.remove_deleted_segment_files()
     return Response(topics=topics)
 
 

@@ -216,6 +216,14 @@ class Broker:
             if deleted:
                 log.info("retention deleted %d segment(s) of %s-%d", deleted,
                          hosted.topic, hosted.partition)
+        await self.remove_deleted_segment_files()
+
+    async def remove_deleted_segment_files(self) -> None:
+        """Unlink the files of segments that retention or DeleteRecords removed, off the loop."""
+        files = [f for hosted in list(self.replica_manager.partitions.values())
+                 for f in hosted.log.take_deleted_files()]
+        if files:
+            await self.run_blocking(lambda: [f.unlink(missing_ok=True) for f in files])
 
     async def _write_checkpoints(self) -> None:
         await self.run_blocking(self.log_manager.checkpoint_recovery_points)

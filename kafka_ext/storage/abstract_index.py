@@ -13,6 +13,9 @@ import mmap
 import os
 from pathlib import Path
 
+# Files renamed for removal in the background; a start removes any left behind.
+DELETED_SUFFIX = ".deleted"
+
 
 class AbstractIndex:
     """Entries [0, entries) of `entry_size` bytes each; bytes after them are zero or unused."""
@@ -148,15 +151,21 @@ class AbstractIndex:
         os.close(self._fd)
         self._fd = -1
 
-    def delete(self) -> None:
-        """Close (if open) and remove the file."""
+    def delete(self, defer: bool = False) -> Path | None:
+        """Close (if open) and remove the file; with `defer`, rename it to `<name>.deleted`
+        instead and return that path for the caller to unlink off the event loop."""
         if self._fd >= 0:
             if self._map is not None:
                 self._map.close()
                 self._map = None
             os.close(self._fd)
             self._fd = -1
-        self.path.unlink(missing_ok=True)
+        if not defer:
+            self.path.unlink(missing_ok=True)
+            return None
+        doomed = self.path.with_name(self.path.name + DELETED_SUFFIX)
+        os.replace(self.path, doomed)
+        return doomed
 
     def rename(self, path: Path) -> None:
         """Move the file, keeping it open."""

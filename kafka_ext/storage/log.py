@@ -120,6 +120,7 @@ class UnifiedLog:
         "_epoch_cache",
         "_segment_files_lock",
         "_closed",
+        "_files_to_remove",
         "recovered_segments",
     )
 
@@ -145,6 +146,8 @@ class UnifiedLog:
         self._clock_ms = clock_ms
         self._segment_files_lock = threading.Lock()
         self._closed = False  # set by close()/delete(), under the lock; flush then does nothing
+        # Files of deleted segments, renamed `*.deleted`, waiting for `remove_deleted_files`.
+        self._files_to_remove: list[Path] = []
         self._segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
         self.recovered_segments = 0  # how many segments the load re-validated (observability)
@@ -650,7 +653,7 @@ class UnifiedLog:
         self._set_segments(self._segments[count:])
         with self._segment_files_lock:
             for segment in doomed:
-                segment.delete()
+                self._files_to_remove += segment.delete(defer=True)
         first_base = self._segments[0].base_offset
         if first_base > self._log_start_offset:
             self._log_start_offset = first_base
@@ -788,6 +791,12 @@ class UnifiedLog:
             # A truncation while we synced may have moved the end below target.
             self._recovery_point = max(self._recovery_point, min(target, self._log_end_offset))
             self._last_flush_ms = self._clock_ms()
+
+    def take_deleted_files(self) -> list[Path]:
+        """The renamed files of segments deleted since the last call; the caller unlinks them
+        (off the event loop). Whatever is never unlinked is removed at the next open."""
+        files, self._files_to_remove = self._files_to_remove, []
+        return files
 
     def close(self) -> None:
         """Close every segment (the caller flushed first if it wanted durability)."""

@@ -27,6 +27,7 @@ from kafka_ext.protocol.record_batch import (
     validate_batch,
 )
 from kafka_ext.protocol.records import decode_records
+from kafka_ext.storage.abstract_index import DELETED_SUFFIX
 from kafka_ext.storage.fetch_data_info import FetchDataInfo, LogOffsetMetadata
 from kafka_ext.storage.offset_index import OffsetIndex
 from kafka_ext.storage.time_index import NO_TIMESTAMP, TimeIndex
@@ -433,15 +434,27 @@ class LogSegment:
         os.close(self._fd)
         self._fd = -1
 
-    def delete(self) -> None:
-        """Close and remove every file; views still held stay readable (the inode outlives them)."""
+    def delete(self, defer: bool = False) -> list[Path]:
+        """Close and remove every file; views still held stay readable (the inode outlives them).
+
+        With `defer` the files are only renamed to `*.deleted` (quick) and returned: unlinking a
+        large file takes a while, so the caller does it off the event loop, as Kafka does."""
         self._release_map()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        self.log_path.unlink(missing_ok=True)
-        self.offset_index.delete()
-        self.time_index.delete()
+        doomed: list[Path] = []
+        if defer:
+            deleted_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+            os.replace(self.log_path, deleted_log)
+            doomed.append(deleted_log)
+        else:
+            self.log_path.unlink(missing_ok=True)
+        for index in (self.offset_index, self.time_index):
+            path = index.delete(defer)
+            if path is not None:
+                doomed.append(path)
+        return doomed
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size_bytes={self._size}, next_offset={self.next_offset})"

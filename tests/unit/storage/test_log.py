@@ -197,6 +197,25 @@ def test_retention_by_size_keeps_active_segment(tmp_path: Path, clock, make_batc
     assert not (log.dir / "00000000000000000000.log").exists()
 
 
+def test_deleted_segments_wait_as_dot_deleted_files_for_background_removal(
+        tmp_path: Path, clock, make_batch) -> None:
+    batch = make_batch(1, value_size=100)
+    log = _open(tmp_path, clock, segment_bytes=2 * len(batch), retention_bytes=0)
+    for _ in range(5):
+        log.append_as_leader(batch, 0)
+    log.delete_retention_segments(clock())
+    pending = log.take_deleted_files()
+    assert sorted(p.name for p in pending) == sorted(
+        f"{base:020d}{suffix}.deleted" for base in (0, 2)
+        for suffix in (".log", ".index", ".timeindex"))
+    assert all(p.exists() for p in pending)
+    assert log.take_deleted_files() == []  # handed over once
+    log.close()
+    reopened = _open(tmp_path, clock)  # a start removes what was never unlinked
+    assert not [p for p in reopened.dir.iterdir() if p.name.endswith(".deleted")]
+    assert reopened.log_start_offset == 4
+
+
 def test_retention_by_size_keeps_just_enough(tmp_path: Path, clock, make_batch) -> None:
     batch = make_batch(1, value_size=100)
     log = _open(tmp_path, clock, segment_bytes=2 * len(batch), retention_bytes=3 * len(batch))
