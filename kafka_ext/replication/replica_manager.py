@@ -20,6 +20,7 @@ from kafka_ext.controller.image import MetadataImage, PartitionImage, TopicImage
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.record_batch import validate_batches
 from kafka_ext.protocol.records import TOPIC_COMPRESSION_CODECS, recompress_batch
+from kafka_ext.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,8 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition}")
         return hosted
 
-    def append_records(self, topic: str, partition: int, records: Any) -> Any:
+    def append_records(self, topic: str, partition: int, records: Any, *,
+                       origin: AppendOrigin = AppendOrigin.CLIENT) -> Any:
         """Validate the batches (headers and CRC only) and append them; returns LogAppendInfo."""
         hosted = self.leader_partition(topic, partition)
         if records is None or len(records) == 0:

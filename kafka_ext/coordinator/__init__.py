@@ -1,0 +1,1 @@
+"""Coordinator runtime and the state machines it hosts over internal topics."""

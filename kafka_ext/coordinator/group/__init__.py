@@ -1,0 +1,1 @@
+"""The group coordinator: consumer groups and committed offsets over __consumer_offsets."""

@@ -1,0 +1,1 @@
+"""PySpark data source `kafka-ext`: batch and streaming reads of topics."""
