@@ -73,7 +73,8 @@ def _free_port() -> int:
 class BenchBroker:
     """A broker subprocess on a free port with a temporary data dir, optionally under cProfile."""
 
-    def __init__(self, profile_path: Path | None) -> None:
+    def __init__(self, profile_path: Path | None = None,
+                 overrides: dict[str, str] | None = None) -> None:
         self.data_dir = Path(tempfile.mkdtemp(prefix="kafka-ext-bench-"))
         self.port = _free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
@@ -82,6 +83,8 @@ class BenchBroker:
         self.args = [sys.executable, *profiler, "-m", "kafka_ext", "server",
                      "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
                      "--override", f"log.dirs={self.data_dir / 'logs'}"]
+        for key, value in (overrides or {}).items():
+            self.args += ["--override", f"{key}={value}"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -122,8 +125,9 @@ class BenchBroker:
 
 
 @contextmanager
-def running_broker(profile_path: Path | None) -> Iterator[BenchBroker]:
-    broker = BenchBroker(profile_path)
+def running_broker(profile_path: Path | None = None,
+                   overrides: dict[str, str] | None = None) -> Iterator[BenchBroker]:
+    broker = BenchBroker(profile_path, overrides)
     try:
         broker.start()
         yield broker
@@ -446,14 +450,14 @@ def _client_version() -> str:
     return f"{confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]})"
 
 
-def write_section(section: str, path: Path = RESULTS_PATH) -> None:
-    """Replace this benchmark's section of RESULTS.md (or append it); other sections stay."""
+def write_section(section: str, path: Path = RESULTS_PATH, title: str = SECTION_TITLE) -> None:
+    """Replace one benchmark's section of RESULTS.md (or append it); other sections stay."""
     text = path.read_text() if path.exists() else "# Benchmark results\n"
-    start = text.find(SECTION_TITLE + "\n")
+    start = text.find(title + "\n")
     if start == -1:
         new_text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
     else:
-        following = text.find("\n## ", start + len(SECTION_TITLE))
+        following = text.find("\n## ", start + len(title))
         tail = text[following + 1:] if following != -1 else ""
         new_text = text[:start] + section.rstrip("\n") + "\n" + ("\n" + tail if tail else "")
     path.write_text(new_text)

@@ -1,0 +1,263 @@
+"""Consumer-group rebalance time and transactional produce throughput.
+
+Starts its own broker subprocess and drives it with confluent-kafka, then writes the
+"## Consumer groups and transactions" section of bench/RESULTS.md (only that section).
+
+    python bench/bench_groups.py             # everything, about 3 minutes
+    python bench/bench_groups.py --no-write  # print, leave RESULTS.md alone
+
+Rebalance time is what an application sees: from the moment the membership changes (ten
+consumers subscribe, one closes, one more subscribes) until every member's rebalance callback
+has delivered an assignment that covers each partition exactly once. librdkafka learns of a
+rebalance through its heartbeat, so heartbeat.interval.ms is set low (100 ms) to measure the
+broker, not the heartbeat period; the numbers include librdkafka's own join/sync round trips.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaException, Producer
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR.parent))
+sys.path.insert(0, str(BENCH_DIR))
+
+from bench_broker import (  # noqa: E402
+    BenchBroker,
+    _client_version,
+    _load_average,
+    create_topic,
+    running_broker,
+    write_section,
+)
+
+SECTION_TITLE = "## Consumer groups and transactions"
+MEMBERS = 10
+PARTITIONS = 20
+ROUNDS = 3
+REBALANCE_TIMEOUT_S = 60.0
+HEARTBEAT_INTERVAL_MS = 100
+TXN_MESSAGES = 200_000
+TXN_VALUE_BYTES = 1024
+BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
+
+
+# -- rebalance -------------------------------------------------------------------------------
+
+
+class Member:
+    """One confluent-kafka consumer polling in its own thread; records its latest assignment."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str) -> None:
+        self.name = name
+        self.assignment: frozenset[int] = frozenset()
+        self.assigned_at = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
+            "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS, "session.timeout.ms": 10_000,
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        })
+        self._consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self._thread = threading.Thread(target=self._poll, name=name, daemon=True)
+        self._thread.start()
+
+    def _on_assign(self, _consumer: Consumer, partitions: list) -> None:
+        with self._lock:
+            self.assignment = frozenset(p.partition for p in partitions)
+            self.assigned_at = time.monotonic()
+
+    def _on_revoke(self, _consumer: Consumer, _partitions: list) -> None:
+        with self._lock:
+            self.assignment = frozenset()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self._consumer.poll(0.05)
+        self._consumer.close()  # sends LeaveGroup
+
+    def snapshot(self) -> tuple[frozenset[int], float]:
+        with self._lock:
+            return self.assignment, self.assigned_at
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def wait_balanced(members: list[Member], since: float) -> float:
+    """Seconds from `since` until every member holds an assignment given after `since` and
+    together they cover every partition exactly once."""
+    deadline = since + REBALANCE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        snapshots = [m.snapshot() for m in members]
+        owned = [p for assignment, _ in snapshots for p in assignment]
+        fresh = all(at >= since and assignment for assignment, at in snapshots)
+        if fresh and sorted(owned) == list(range(PARTITIONS)):
+            return max(at for _, at in snapshots) - since
+        time.sleep(0.005)
+    raise TimeoutError(f"group did not balance within {REBALANCE_TIMEOUT_S}s")
+
+
+@dataclass(slots=True)
+class RebalanceTimes:
+    form_s: list[float] = field(default_factory=list)
+    leave_s: list[float] = field(default_factory=list)
+    join_s: list[float] = field(default_factory=list)
+
+
+def run_rebalances(broker: BenchBroker) -> RebalanceTimes:
+    times = RebalanceTimes()
+    topic = "bench-rebalance"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    for round_no in range(ROUNDS):
+        group = f"bench-group-{round_no}"
+        started = time.monotonic()
+        members = [Member(broker.bootstrap, group, topic, f"m{i}") for i in range(MEMBERS)]
+        times.form_s.append(wait_balanced(members, started))
+        leaving = members.pop()
+        left = time.monotonic()
+        leaving.close()
+        times.leave_s.append(wait_balanced(members, left))
+        joined = time.monotonic()
+        members.append(Member(broker.bootstrap, group, topic, f"m{MEMBERS}"))
+        times.join_s.append(wait_balanced(members, joined))
+        for member in members:
+            member.close()
+        print(f"round {round_no}: form {times.form_s[-1]:.2f} s, leave {times.leave_s[-1]:.2f} s,"
+              f" join {times.join_s[-1]:.2f} s", flush=True)
+    return times
+
+
+# -- transactional produce -------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ProduceRun:
+    name: str
+    messages: int
+    elapsed_s: float
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.messages * TXN_VALUE_BYTES / self.elapsed_s / 1e6
+
+
+def run_produce(broker: BenchBroker, name: str, *, idempotent: bool,
+                messages_per_txn: int | None) -> ProduceRun:
+    topic = f"bench-{name}"
+    create_topic(broker.bootstrap, topic, 6)
+    config = {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 1_000_000,
+              "enable.idempotence": idempotent, "acks": "all",
+              "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576}
+    if messages_per_txn is not None:
+        config["transactional.id"] = f"bench-{name}"
+    producer = Producer(config)
+    errors = 0
+
+    def on_delivery(err: object, _msg: object) -> None:
+        nonlocal errors
+        if err is not None:
+            errors += 1
+
+    value = b"x" * TXN_VALUE_BYTES
+    started = time.perf_counter()
+    if messages_per_txn is not None:
+        producer.init_transactions(30)
+    sent = 0
+    while sent < TXN_MESSAGES:
+        batch = TXN_MESSAGES - sent if messages_per_txn is None else messages_per_txn
+        if messages_per_txn is not None:
+            producer.begin_transaction()
+        for _ in range(batch):
+            while True:
+                try:
+                    producer.produce(topic, value, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        if messages_per_txn is not None:
+            producer.commit_transaction(60)
+        sent += batch
+    producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise RuntimeError(f"{name}: {errors} delivery errors")
+    run = ProduceRun(name, TXN_MESSAGES, elapsed)
+    print(f"{name}: {run.mb_per_s:,.1f} MB/s", flush=True)
+    return run
+
+
+# -- report ----------------------------------------------------------------------------------
+
+
+def _ms(values: list[float]) -> str:
+    return (f"{statistics.median(values) * 1000:,.0f} ms (min {min(values) * 1000:,.0f}, "
+            f"max {max(values) * 1000:,.0f})")
+
+
+def render(times: RebalanceTimes, runs: list[ProduceRun], load: str) -> str:
+    base = runs[0].mb_per_s
+    lines = [
+        SECTION_TITLE,
+        "",
+        f"`python bench/bench_groups.py`, {time.strftime('%Y-%m-%d')}, confluent-kafka "
+        f"{_client_version()}, one broker on loopback, 2-core VM, load average before: {load}.",
+        "",
+        f"**Rebalance of {MEMBERS} members** ({PARTITIONS} partitions, librdkafka's default "
+        f"range/roundrobin eager assignors, heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}, "
+        f"group.initial.rebalance.delay.ms=0; median of {ROUNDS} rounds, time until every member "
+        "holds its new assignment):",
+        "",
+        "| membership change | rebalance time |",
+        "|---|---:|",
+        f"| {MEMBERS} consumers subscribe at once | {_ms(times.form_s)} |",
+        f"| one of {MEMBERS} closes (LeaveGroup) | {_ms(times.leave_s)} |",
+        f"| one joins a group of {MEMBERS - 1} | {_ms(times.join_s)} |",
+        "",
+        f"**Produce with and without transactions** ({TXN_MESSAGES:,} messages of "
+        f"{TXN_VALUE_BYTES} B to 6 partitions, acks=all, linger.ms=5):",
+        "",
+        "| producer | MB/s | vs plain |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {r.name} | {r.mb_per_s:,.1f} | {r.mb_per_s / base:.2f}x |" for r in runs]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-write", action="store_true", help="leave RESULTS.md alone")
+    args = parser.parse_args()
+    load = _load_average()
+    with running_broker(overrides=BROKER_OVERRIDES) as broker:
+        times = run_rebalances(broker)
+        runs = [
+            run_produce(broker, "plain", idempotent=False, messages_per_txn=None),
+            run_produce(broker, "idempotent", idempotent=True, messages_per_txn=None),
+            run_produce(broker, "transactional-10000-per-txn", idempotent=True,
+                        messages_per_txn=10_000),
+            run_produce(broker, "transactional-1000-per-txn", idempotent=True,
+                        messages_per_txn=1_000),
+        ]
+        if "Traceback" in broker.log():
+            print(f"broker logged a traceback:\n{broker.log()}", file=sys.stderr)
+    section = render(times, runs, load)
+    print(section)
+    if not args.no_write:
+        write_section(section, title=SECTION_TITLE)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KafkaException as exc:
+        sys.exit(f"benchmark failed: {exc}")
