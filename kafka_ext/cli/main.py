@@ -12,7 +12,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from kafka_ext.cli import console_consumer, console_producer, topics
+from kafka_ext.cli import (
+    console_consumer,
+    console_producer,
+    log_dirs,
+    reassign_partitions,
+    topics,
+)
 from kafka_ext.cli.client_config import UsageError
 from kafka_ext.server.config import ConfigError, format_config_value, load_config
 
@@ -68,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_parser(subparsers)
     console_producer.add_parser(subparsers)
     console_consumer.add_parser(subparsers)
+    log_dirs.add_parser(subparsers)
+    reassign_partitions.add_parser(subparsers)
     return parser
 
 

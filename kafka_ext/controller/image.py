@@ -48,6 +48,12 @@ class MetadataImage:
     # (resource type, resource name) -> {config name: value}; "" name = cluster default.
     configs: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)
     features: dict[str, int] = field(default_factory=dict)
+    # The first producer id no broker has been given yet (ProducerIdsRecord.NextProducerId).
+    next_producer_id: int = 0
+    # KIP-858: each broker's online log dir ids (RegisterBrokerRecord / BrokerRegistrationChange
+    # Record LogDirs) and the ids that left that set, i.e. dirs that went offline (docs/jbod.md).
+    broker_log_dirs: dict[int, tuple[uuid.UUID, ...]] = field(default_factory=dict)
+    offline_log_dirs: dict[int, tuple[uuid.UUID, ...]] = field(default_factory=dict)
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         return self.configs.get((TOPIC_RESOURCE, topic), {})
@@ -77,6 +83,9 @@ class MetadataDelta:
         self._by_id: dict[uuid.UUID, TopicImage] | None = None
         self._configs: dict[tuple[int, str], dict[str, str]] | None = None
         self._features: dict[str, int] | None = None
+        self._log_dirs: tuple[dict[int, tuple[uuid.UUID, ...]],
+                              dict[int, tuple[uuid.UUID, ...]]] | None = None
+        self.next_producer_id: int | None = None  # set by ProducerIdsRecord
         # Topics whose partitions dict this delta already copied (safe to mutate), by id.
         self._own_partitions: set[uuid.UUID] = set()
 
@@ -115,14 +124,26 @@ class MetadataDelta:
             self._features = dict(self.base.features)
         return self._features
 
+    def log_dirs(self) -> tuple[dict[int, tuple[uuid.UUID, ...]], dict[int, tuple[uuid.UUID, ...]]]:
+        """(online dirs per broker, offline dirs per broker), as dicts this delta may change."""
+        if self._log_dirs is None:
+            self._log_dirs = (dict(self.base.broker_log_dirs), dict(self.base.offline_log_dirs))
+        return self._log_dirs
+
     def image(self, offset: int) -> MetadataImage:
         base = self.base
+        online, offline = ((base.broker_log_dirs, base.offline_log_dirs)
+                           if self._log_dirs is None else self._log_dirs)
         return MetadataImage(
             offset=max(offset, base.offset),
             topics_by_name=base.topics_by_name if self._by_name is None else self._by_name,
             topics_by_id=base.topics_by_id if self._by_id is None else self._by_id,
             configs=base.configs if self._configs is None else self._configs,
             features=base.features if self._features is None else self._features,
+            next_producer_id=(base.next_producer_id if self.next_producer_id is None
+                              else self.next_producer_id),
+            broker_log_dirs=online,
+            offline_log_dirs=offline,
         )
 
 
@@ -174,11 +195,33 @@ def _apply_feature_level(delta: MetadataDelta, record: Any) -> None:
     delta.features()[record.name] = record.feature_level
 
 
+def _apply_producer_ids(delta: MetadataDelta, record: Any) -> None:
+    # Blocks only move forward: an older record replayed late never hands out ids again.
+    current = (delta.base.next_producer_id if delta.next_producer_id is None
+               else delta.next_producer_id)
+    delta.next_producer_id = max(current, record.next_producer_id)
+
+
+def _apply_broker_log_dirs(delta: MetadataDelta, record: Any) -> None:
+    """KIP-858: a dir that was registered and is no longer listed is offline until it returns."""
+    dirs = getattr(record, "log_dirs", None)
+    if dirs is None:
+        return
+    online, offline = delta.log_dirs()
+    broker = record.broker_id
+    known = set(online.get(broker, ())) | set(offline.get(broker, ()))
+    online[broker] = tuple(dirs)
+    offline[broker] = tuple(sorted(known - set(dirs), key=str))
+
+
 _APPLIERS: dict[str, Callable[[MetadataDelta, Any], None]] = {
+    "RegisterBrokerRecord": _apply_broker_log_dirs,
+    "BrokerRegistrationChangeRecord": _apply_broker_log_dirs,
     "TopicRecord": _apply_topic,
     "PartitionRecord": _apply_partition,
     "PartitionChangeRecord": _apply_partition_change,
     "RemoveTopicRecord": _apply_remove_topic,
     "ConfigRecord": _apply_config,
     "FeatureLevelRecord": _apply_feature_level,
+    "ProducerIdsRecord": _apply_producer_ids,
 }

@@ -22,7 +22,13 @@ from kafka_ext.controller.metadata_log import METADATA_TOPIC, build_metadata_bat
 from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
-from kafka_ext.server.config import TOPIC_CONFIGS, ConfigError, ConfigType
+from kafka_ext.server.config import (
+    DYNAMIC_BROKER_CONFIGS,
+    TOPIC_CONFIGS,
+    ConfigError,
+    ConfigType,
+    validate_dynamic_broker_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +38,8 @@ MAX_RECORDS_PER_USER_OP = 10000
 _LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 METADATA_VERSION_FEATURE = "metadata.version"
 METADATA_VERSION_LEVEL = 22  # 4.0-IV3
+# Kafka's controller refuses a block that would pass Long.MAX_VALUE minus one block.
+MAX_PRODUCER_ID = (1 << 63) - 1
 
 ImageListener = Callable[[MetadataImage, MetadataImage], None]
 TopicConfigValidator = Callable[[str, str], str]
@@ -354,6 +362,12 @@ class QuorumController:
                     desired[name] = self.validate_topic_config(name, value)
                 except ConfigError as exc:
                     raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        elif desired.keys() <= DYNAMIC_BROKER_CONFIGS:  # JBOD: intra.broker.throttled.rate
+            for name, value in list(desired.items()):
+                try:
+                    desired[name] = validate_dynamic_broker_config(name, value)
+                except ConfigError as exc:
+                    raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         elif desired:
             raise KafkaError(ErrorCode.INVALID_CONFIG,
                              f"Broker configs cannot be changed at run time yet: {sorted(desired)}")
@@ -365,6 +379,39 @@ class QuorumController:
                 records.append(self._record("ConfigRecord", resource_type=rtype,
                                             resource_name=rname, name=name, value=value))
         return records
+
+    # -- producer ids ------------------------------------------------------------------------
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        """Reserve `count` consecutive producer ids and return the first (AllocateProducerIds).
+
+        The ProducerIdsRecord stores the next free id in the metadata log, so a restart never
+        hands out an id twice.
+        """
+        if count <= 0:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"cannot allocate {count} producer ids")
+        async with self._lock:
+            first = self.image.next_producer_id
+            if first > MAX_PRODUCER_ID - count:
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "Exhausted all producerIds.")
+            await self._commit([self._record("ProducerIdsRecord", broker_id=self.node_id,
+                                             broker_epoch=-1, next_producer_id=first + count)])
+            return first
+
+    # -- log dirs (JBOD, KIP-858) ---------------------------------------------------------------
+
+    async def update_broker_log_dirs(self, broker_id: int, online_dirs: list[uuid.UUID]) -> None:
+        """Record a broker's online log dirs; a registered dir missing from them is offline.
+
+        Kafka's broker reports OfflineLogDirs in BrokerHeartbeat; this single-node controller
+        writes the resulting BrokerRegistrationChangeRecord (v2 LogDirs) straight away.
+        """
+        async with self._lock:
+            if tuple(online_dirs) == self.image.broker_log_dirs.get(broker_id):
+                return
+            await self._commit([self._record("BrokerRegistrationChangeRecord",
+                                             broker_id=broker_id, broker_epoch=0,
+                                             log_dirs=list(online_dirs))])
 
     # -- commit ------------------------------------------------------------------------------
 

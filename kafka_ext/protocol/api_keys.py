@@ -88,6 +88,11 @@ class ApiKey(IntEnum):
 # The versions are rejected with UNSUPPORTED_VERSION when actually sent.
 _ADVERTISED_MIN_VERSION = {ApiKey.PRODUCE: 0}
 
+# Versions our schemas decode but whose behaviour we do not implement, so never advertised:
+# EndTxn v5 is KIP-890 transaction version 2 (an epoch bump per transaction), which clients use
+# only once `transaction.version` is finalised, and we do not finalise it.
+_ADVERTISED_MAX_VERSION = {ApiKey.END_TXN: 4}
+
 
 @dataclass(slots=True, frozen=True)
 class ApiVersionRange:
@@ -112,5 +117,6 @@ def advertised_ranges(implemented: Iterable[int]) -> list[ApiVersionRange]:
         if versions is None:
             continue
         low = _ADVERTISED_MIN_VERSION.get(key, versions[0])  # type: ignore[call-overload]
-        ranges.append(ApiVersionRange(key, low, versions[1]))
+        high = min(versions[1], _ADVERTISED_MAX_VERSION.get(key, versions[1]))  # type: ignore[call-overload]
+        ranges.append(ApiVersionRange(key, low, high))
     return ranges

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -19,7 +20,13 @@ from typing import Any
 from kafka_ext.controller.image import MetadataImage, PartitionImage, TopicImage
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.record_batch import validate_batches
-from kafka_ext.protocol.records import TOPIC_COMPRESSION_CODECS, recompress_batch
+from kafka_ext.protocol.records import (
+    TOPIC_COMPRESSION_CODECS,
+    ControlRecordType,
+    build_end_txn_marker,
+    recompress_batch,
+)
+from kafka_ext.storage.log_cleaner import validate_keys_for_compaction
 from kafka_ext.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -66,6 +73,8 @@ class ReplicaManager:
         # Partitions the metadata gives us whose log could not be opened (e.g. out of fds).
         self.storage_errors: dict[TopicPartition, str] = {}
         self._data_waiters: dict[TopicPartition, set[asyncio.Event]] = {}
+        # (log, error) of a failed disk write; the broker takes the log's dir offline (KIP-112).
+        self.on_storage_error: Callable[[Any, OSError], None] = lambda plog, exc: None
 
     # -- metadata changes --------------------------------------------------------------------
 
@@ -143,20 +152,50 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "empty records")
         plog = hosted.log
         # Sizes, magic, CRC and the client rules; MESSAGE_TOO_LARGE is the log's to check.
-        batches = validate_batches(records)
+        # Coordinators write transactional batches without sequences and their own markers.
+        batches = validate_batches(records, from_client=origin is AppendOrigin.CLIENT)
         if len(batches) != 1:
             raise KafkaError(ErrorCode.INVALID_RECORD, "Produce requests with version 3 and "
                              "above must contain exactly one record batch per partition")
+        if plog.config.compacts:  # Kafka's LogValidator: a compacted topic needs every key
+            validate_keys_for_compaction(records, topic, partition)
         target = TOPIC_COMPRESSION_CODECS.get(plog.config.compression_type)
         if target is not None and batches[0][1].compression != target:
             records = recompress_batch(records, target)  # the one produce path that decodes
         # The log stamps LogAppendTime itself when the topic asks for it. A large produce frame
         # arrives as a bytearray this request owns alone: offsets are patched in it, uncopied.
         in_place = isinstance(records, memoryview) and not records.readonly
-        info = plog.append_as_leader(records, hosted.leader_epoch, in_place=in_place)
+        try:
+            info = plog.append_as_leader(records, hosted.leader_epoch, in_place=in_place,
+                                         origin=origin)
+        except OSError as exc:  # KIP-112: the log's dir goes offline, not the broker
+            self.on_storage_error(plog, exc)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition}: {exc}") from exc
         plog.high_watermark = plog.log_end_offset  # sole replica of the ISR
         self._notify_data((topic, partition))
         return info
+
+    def append_control_batch(self, topic: str, partition: int, producer_id: int,
+                             producer_epoch: int, coordinator_epoch: int, committed: bool) -> int:
+        """Write a COMMIT/ABORT marker (WriteTxnMarkers) ending the producer's transaction
+        here; returns its offset. The log indexes an aborted transaction and the last stable
+        offset moves past it. Raises KafkaError (NOT_LEADER_OR_FOLLOWER,
+        UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED)."""
+        hosted = self.leader_partition(topic, partition)
+        plog = hosted.log
+        marker = build_end_txn_marker(
+            ControlRecordType.COMMIT if committed else ControlRecordType.ABORT,
+            producer_id=producer_id, producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch, timestamp_ms=int(time.time() * 1000))
+        try:
+            info = plog.append_as_leader(marker, hosted.leader_epoch,
+                                         origin=AppendOrigin.COORDINATOR)
+        except OSError as exc:  # KIP-112: the log's dir goes offline, not the broker
+            self.on_storage_error(plog, exc)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition}: {exc}") from exc
+        plog.high_watermark = plog.log_end_offset  # sole replica of the ISR
+        self._notify_data((topic, partition))  # read_committed fetchers wait for the LSO
+        return int(info.first_offset)
 
     # -- fetch -------------------------------------------------------------------------------
 

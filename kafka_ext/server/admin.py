@@ -1,15 +1,14 @@
-"""Admin APIs: topics, partitions, records, configs, cluster and log dirs.
+"""Admin APIs: topics, partitions, records, configs and the cluster.
 
 CreateTopics (19, v2-v7, validate-only too), DeleteTopics (20, v1-v6, by name or id from v6),
 CreatePartitions (37, v0-v3, a result per topic), DeleteRecords (21, v0-v2), DescribeConfigs
 (32, v1-v4), AlterConfigs (33, v0-v2: replaces the resource's whole set), IncrementalAlterConfigs
-(44, v0-v1), DescribeCluster (60, v0-v1), DescribeLogDirs (35, v1-v4). Each topic or resource
-answers with its own error; the controller validates and commits metadata changes.
+(44, v0-v1), DescribeCluster (60, v0-v1); the log dir APIs are in log_dirs.py. Each topic or
+resource answers with its own error; the controller validates and commits metadata changes.
 """
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from typing import Any
 
@@ -18,7 +17,11 @@ from kafka_ext.controller.quorum_controller import ConfigChange, TopicCreation
 from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
-from kafka_ext.server.config import describe_broker_configs, describe_topic_configs
+from kafka_ext.server.config import (
+    describe_broker_configs,
+    describe_topic_configs,
+    with_dynamic_broker_configs,
+)
 from kafka_ext.server.dispatcher import RequestContext
 
 _reg = registry()
@@ -151,7 +154,10 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
                 result.error_code = int(ErrorCode.INVALID_REQUEST)
                 result.error_message = f"Unexpected broker id {res.resource_name}"
                 continue
-            entries = describe_broker_configs(broker.config, names)
+            entries = with_dynamic_broker_configs(
+                describe_broker_configs(broker.config, names),
+                image.configs.get((BROKER_RESOURCE, str(broker.node_id)), {}),
+                image.configs.get((BROKER_RESOURCE, ""), {}))
         else:
             result.error_code = int(ErrorCode.INVALID_REQUEST)
             result.error_message = f"Unsupported resource type {res.resource_type}"
@@ -200,7 +206,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
     return await _alter(ctx, request, incremental=True)
 
 
-# -- cluster and log dirs ----------------------------------------------------------------------
+# -- cluster -----------------------------------------------------------------------------------
 
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["DescribeClusterResponse"].cls
@@ -215,28 +221,3 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
                                                             port=n.port, rack=n.rack)
                              for n in broker.live_nodes()])
 
-
-async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
-    """Every log dir with its partitions (filtered by the request's topics), sizes and space."""
-    Response = _reg["DescribeLogDirsResponse"].cls
-    log_manager = ctx.broker.log_manager
-    wanted = None if request.topics is None else {
-        (t.topic, p) for t in request.topics for p in t.partitions}
-    results = []
-    for log_dir in log_manager.log_dirs:
-        topics: dict[str, list[Any]] = {}
-        for plog in log_manager.logs_in_dir(log_dir):
-            tp = (plog.topic, plog.partition)
-            if plog.topic.startswith("__cluster_metadata") or (wanted is not None
-                                                               and tp not in wanted):
-                continue
-            topics.setdefault(plog.topic, []).append(Response.DescribeLogDirsPartition(
-                partition_index=plog.partition, partition_size=plog.size_bytes,
-                offset_lag=max(plog.high_watermark - plog.log_end_offset, 0),  # Kafka's sign
-                is_future_key=False))
-        usage = shutil.disk_usage(log_dir)
-        results.append(Response.DescribeLogDirsResult(
-            error_code=0, log_dir=str(log_dir), total_bytes=usage.total, usable_bytes=usage.free,
-            topics=[Response.DescribeLogDirsTopic(name=t, partitions=ps)
-                    for t, ps in topics.items()]))
-    return Response(error_code=0, results=results)

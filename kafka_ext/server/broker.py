@@ -24,11 +24,24 @@ from typing import Any, TypeVar
 from kafka_ext.controller.image import MetadataImage
 from kafka_ext.controller.metadata_log import METADATA_TOPIC, METADATA_TOPIC_ID
 from kafka_ext.controller.quorum_controller import QuorumController
+from kafka_ext.coordinator.group.coordinator import GroupConfig, GroupCoordinator
+from kafka_ext.coordinator.txn.coordinator import TransactionCoordinator
 from kafka_ext.network.server import SocketServer
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.messages import registry
 from kafka_ext.replication.replica_manager import ReplicaManager
-from kafka_ext.server import admin, api_versions, fetch, list_offsets, metadata, produce
+from kafka_ext.server import (
+    admin,
+    api_versions,
+    fetch,
+    groups,
+    list_offsets,
+    log_dirs,
+    metadata,
+    produce,
+    producers,
+    txn,
+)
 from kafka_ext.server.config import (
     BrokerConfig,
     ConfigError,
@@ -38,8 +51,11 @@ from kafka_ext.server.config import (
 from kafka_ext.server.dispatcher import RequestDispatcher
 from kafka_ext.server.fetch_session import FetchSessionCache
 from kafka_ext.storage.checkpoints import CorruptCheckpointError, MetaProperties
+from kafka_ext.storage.log_cleaner import CleanerConfig, LogCleaner
 from kafka_ext.storage.log_config import LogConfig
+from kafka_ext.storage.log_dir_failure import LogDirFailureChannel
 from kafka_ext.storage.log_manager import LogManager
+from kafka_ext.storage.replica_mover import ReplicaMover
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -66,12 +82,29 @@ class Broker:
                                       cluster_id=self.cluster_id)
         self.replica_manager = ReplicaManager(config.node_id, self.log_manager, self.log_config_for,
                                               self._remove_dir_later)
+        # JBOD (docs/jbod.md): dir failures (KIP-112) and moves between log dirs (KIP-113).
+        self.log_manager.placement_policy = str(config.values["log.dir.placement.policy"])
+        self.log_dir_failures = LogDirFailureChannel(self)
+        self.replica_manager.on_storage_error = (
+            lambda plog, exc: self.log_dir_failures.report(plog.dir.parent, exc))
+        self.replica_mover = ReplicaMover(
+            self.log_manager, self.replica_manager, self.run_blocking, self._remove_dir_later,
+            log_dirs.throttled_rate(self), config.num_replica_move_threads,
+            self.log_dir_failures.report)
+        # Compaction of cleanup.policy=compact logs (storage/log_cleaner.py, docs/compaction.md).
+        self.log_cleaner = LogCleaner(
+            self.log_manager, CleanerConfig.from_values(config.values),
+            run_blocking=self.run_blocking,
+            is_paused=lambda tp: tp in self.replica_mover.moves  # no cleaning while copying
+            and not self.replica_mover.moves[tp].done.is_set())
         self.fetch_sessions = FetchSessionCache()
         self.dispatcher = RequestDispatcher(self)
         self.socket_server = SocketServer(self.dispatcher.handle_frame,
                                           config.socket_request_max_bytes,
                                           config.connections_max_idle_ms)
         self.controller: QuorumController = None  # type: ignore[assignment]  # set in start()
+        self.txn_coordinator = TransactionCoordinator(self)
+        self.group_coordinator = GroupCoordinator(self, GroupConfig.from_broker_config(config))
         self.bound_ports: list[int] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
@@ -93,7 +126,28 @@ class Broker:
             ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
             ApiKey.DESCRIBE_CLUSTER: admin.handle_describe_cluster,
-            ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
+            ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
+            ApiKey.ALTER_REPLICA_LOG_DIRS: log_dirs.handle_alter_replica_log_dirs,
+            ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
+            ApiKey.INIT_PRODUCER_ID: txn.handle_init_producer_id,
+            ApiKey.ADD_PARTITIONS_TO_TXN: txn.handle_add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: txn.handle_add_offsets_to_txn,
+            ApiKey.END_TXN: txn.handle_end_txn,
+            ApiKey.WRITE_TXN_MARKERS: txn.handle_write_txn_markers,
+            ApiKey.DESCRIBE_TRANSACTIONS: txn.handle_describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: txn.handle_list_transactions,
+            ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
+            ApiKey.JOIN_GROUP: groups.handle_join_group,
+            ApiKey.SYNC_GROUP: groups.handle_sync_group,
+            ApiKey.HEARTBEAT: groups.handle_heartbeat,
+            ApiKey.LEAVE_GROUP: groups.handle_leave_group,
+            ApiKey.OFFSET_COMMIT: groups.handle_offset_commit,
+            ApiKey.OFFSET_FETCH: groups.handle_offset_fetch,
+            ApiKey.OFFSET_DELETE: groups.handle_offset_delete,
+            ApiKey.LIST_GROUPS: groups.handle_list_groups,
+            ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
+            ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
+            ApiKey.TXN_OFFSET_COMMIT: groups.handle_txn_offset_commit,
         }
         for key, handler in handlers.items():
             self.dispatcher.register(key, handler)
@@ -136,6 +190,7 @@ class Broker:
         registry()  # compile every schema before the first request
         tune_garbage_collector()
         await self.run_blocking(self.log_manager.load)
+        await self.run_blocking(self.replica_mover.recover)  # `.move` dirs left by a crash
         metadata_log = self.log_manager.get_log(METADATA_TOPIC, 0)
         if metadata_log is None:
             metadata_log = self.log_manager.create_log(METADATA_TOPIC, 0, METADATA_TOPIC_ID,
@@ -146,9 +201,13 @@ class Broker:
             validate_topic_config=self.normalise_topic_config, run_blocking=self.run_blocking)
         await self.run_blocking(self.controller.load)
         await self.controller.bootstrap()
+        self.log_dir_failures.mark_unlocatable_partitions(self.controller.image)
         self.replica_manager.apply_image(None, self.controller.image)
         self._delete_stray_logs()
         self.controller.listeners.append(self.replica_manager.apply_image)
+        await self.txn_coordinator.start()  # after the replica manager's listener: shards need logs
+        await self.group_coordinator.start()
+        await log_dirs.start_jbod(self)
         for listener in self.config.listeners:
             self.bound_ports.append(await self.socket_server.listen(listener.host, listener.port))
         loop = asyncio.get_running_loop()
@@ -161,7 +220,13 @@ class Broker:
                                          self._apply_retention)),
             loop.create_task(self._every(config.log_flush_offset_checkpoint_interval_ms / 1000,
                                          self._write_checkpoints)),
+            loop.create_task(self._every(
+                int(str(config.values["producer.id.expiration.check.interval.ms"])) / 1000,
+                self._expire_producer_ids)),
         ]
+        if self.log_cleaner.config.enable:
+            self._tasks.append(loop.create_task(self._every(
+                max(self.log_cleaner.config.backoff_ms, 10) / 1000, self.log_cleaner.run_once)))
         log.info("kafka-ext broker %d started (cluster %s) on ports %s",
                  self.node_id, self.cluster_id, self.bound_ports)
 
@@ -181,6 +246,9 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await self.socket_server.close()
+        await self.txn_coordinator.stop()
+        await self.group_coordinator.stop()
+        await self.replica_mover.close()
         await self.run_blocking(self.log_manager.close)
         self._executor.shutdown(wait=True)
         self._stopped.set()
@@ -208,6 +276,13 @@ class Broker:
         for hosted in list(self.replica_manager.partitions.values()):
             if hosted.log.needs_flush(now_ms):
                 await self.run_blocking(hosted.log.flush)
+
+    async def _expire_producer_ids(self) -> None:
+        """Forget idle producers' state after producer.id.expiration.ms (Kafka's periodic job)."""
+        now_ms = int(time.time() * 1000)
+        for hosted in list(self.replica_manager.partitions.values()):
+            hosted.log.producer_state.remove_expired_producers(
+                now_ms, self.config.producer_id_expiration_ms)
 
     async def _apply_retention(self) -> None:
         now_ms = int(time.time() * 1000)
@@ -256,7 +331,7 @@ def _formatted_cluster_id(config: BrokerConfig) -> str:
     for log_dir in config.log_dirs:
         try:
             meta = MetaProperties.read(log_dir)
-        except CorruptCheckpointError:
+        except (CorruptCheckpointError, OSError):
             continue  # LogManager reports it with the directory's name
         if meta is not None:
             return meta.cluster_id

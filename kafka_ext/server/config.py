@@ -15,7 +15,7 @@ import re
 import socket
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from pathlib import Path
 from typing import NamedTuple
@@ -602,6 +602,12 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
     _d("num.replica.move.threads", _I, None,
        "Replica moves between log dirs that run at once; defaults to the number of log dirs.",
        "count", at_least(1)),
+    _d("log.dir.placement.policy", _S, "fewest-partitions",
+       "Where a new partition's log goes: the online log dir with the fewest partitions, or "
+       "the one with the most free bytes.", "", OneOf(("fewest-partitions", "most-free-bytes"))),
+    _d("log.dir.failure.check.interval.ms", _L, 1000,
+       "How often each online log dir is probed (listed, meta.properties read); a failed probe "
+       "takes the dir offline as an I/O error would (KIP-112).", "ms", at_least(10)),
     # Proposals: partition reduction
     _d("delete.topic.partition.enable", _B, True,
        "Allow removing partitions from a topic (DeletePartitions, --alter --partitions <smaller>).", ""),
@@ -1360,6 +1366,20 @@ def _broker_synonyms(config: BrokerConfig, head: str) -> tuple[ConfigSynonym, ..
     return tuple(out)
 
 
+# Broker configs IncrementalAlterConfigs/AlterConfigs may change at run time (ConfigRecords on
+# the broker resource, this node's id or "" for the cluster default); see docs/jbod.md.
+DYNAMIC_BROKER_CONFIGS = frozenset({"intra.broker.throttled.rate"})
+
+
+def validate_dynamic_broker_config(name: str, value: str) -> str:
+    """The normalised text of a run-time broker config change; ConfigError if not allowed."""
+    definition = BROKER_CONFIGS.get(name)
+    if definition is None or name not in DYNAMIC_BROKER_CONFIGS:
+        raise ConfigError(f"broker config {name} cannot be changed at run time", name, value)
+    return format_config_value(parse_value(name, definition.type, value,
+                                           definition.validator)) or ""
+
+
 def describe_broker_configs(config: BrokerConfig,
                             names: Iterable[str] | None = None) -> list[ConfigEntry]:
     """DescribeConfigs entries for this broker; all read-only (no dynamic broker configs yet).
@@ -1427,3 +1447,25 @@ def describe_topic_configs(config: BrokerConfig, overrides: Mapping[str, str],
             documentation=definition.doc,
         ))
     return entries
+
+
+def with_dynamic_broker_configs(entries: list[ConfigEntry], node_overrides: Mapping[str, str],
+                                cluster_overrides: Mapping[str, str]) -> list[ConfigEntry]:
+    """DescribeConfigs entries with run-time values on top: this broker's (ConfigRecords on its
+    id) before the cluster default's (""), before server.properties; dynamic keys not read-only."""
+    out = []
+    for entry in entries:
+        if entry.name not in DYNAMIC_BROKER_CONFIGS:
+            out.append(entry)
+            continue
+        synonyms = [ConfigSynonym(entry.name, overrides[entry.name], source)
+                    for overrides, source in ((node_overrides, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                                              (cluster_overrides,
+                                               ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+                    if entry.name in overrides]
+        synonyms += entry.synonyms
+        first = synonyms[0] if synonyms else None
+        out.append(replace(entry, read_only=False, synonyms=tuple(synonyms),
+                           value=first.value if first is not None else entry.value,
+                           source=first.source if first is not None else entry.source))
+    return out

@@ -29,6 +29,7 @@ from kafka_ext.server.fetch_session import (
 _Response = registry()["FetchResponse"].cls
 _TopicResponse = _Response.FetchableTopicResponse
 _PartitionData = _Response.PartitionData
+_AbortedTransaction = _Response.AbortedTransaction
 TOPIC_IDS_VERSION = 13
 READ_COMMITTED = 1
 
@@ -177,8 +178,10 @@ def _read_all(broker: Any, request: Any, targets: list[_Target]) -> tuple[list[A
             continue
         plog = hosted.log
         high_watermark = plog.high_watermark
+        last_stable_offset = plog.last_stable_offset
+        read_committed = request.isolation_level == READ_COMMITTED
         data = _PartitionData(partition_index=target.partition, error_code=0,
-                              high_watermark=high_watermark, last_stable_offset=high_watermark,
+                              high_watermark=high_watermark, last_stable_offset=last_stable_offset,
                               log_start_offset=plog.log_start_offset, records=[],
                               aborted_transactions=[] if request.isolation_level == READ_COMMITTED
                               else None)
@@ -188,13 +191,19 @@ def _read_all(broker: Any, request: Any, targets: list[_Target]) -> tuple[list[A
             hosted.check_leader_epoch(target.current_leader_epoch)
             if max_bytes <= 0 and total > 0:
                 continue  # the response is full: this partition answers without records
-            info = plog.read(target.cached.fetch_offset, max_bytes, max_offset=high_watermark,
+            # read_committed consumers see nothing past the last stable offset (KIP-98).
+            info = plog.read(target.cached.fetch_offset, max_bytes,
+                             max_offset=last_stable_offset if read_committed else high_watermark,
                              min_one_message=total == 0)
         except KafkaError as exc:
             data.error_code = int(exc.code)
             has_error = True
             continue
         data.records = info.records
+        if read_committed and info.records:
+            data.aborted_transactions = [
+                _AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
+                for txn in plog.aborted_transactions_in(info)]
         total += sum(r.nbytes for r in info.records)
     return results, total, has_error
 

@@ -16,6 +16,7 @@ from kafka_ext.server.dispatcher import RequestContext
 from kafka_ext.storage.log import LATEST_TIMESTAMP
 
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -5  # the others (-1 to -4) are the log's to resolve
+READ_COMMITTED = 1  # ListOffsets isolation_level (v2+)
 
 _Offsets = registry()["ListOffsetsResponse"].cls
 _Epochs = registry()["OffsetForLeaderEpochResponse"].cls
@@ -33,26 +34,29 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
             try:
                 hosted = replicas.leader_partition(topic.name, p.partition_index)
                 hosted.check_leader_epoch(p.current_leader_epoch)
-                result.offset, result.timestamp, result.leader_epoch = _lookup(hosted, p.timestamp)
+                result.offset, result.timestamp, result.leader_epoch = _lookup(
+                    hosted, p.timestamp, request.isolation_level)
             except KafkaError as exc:
                 result.error_code = int(exc.code)
         topics.append(_Offsets.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
     return _Offsets(topics=topics)
 
 
-def _lookup(hosted: Any, timestamp: int) -> tuple[int, int, int]:
+def _lookup(hosted: Any, timestamp: int, isolation_level: int = 0) -> tuple[int, int, int]:
     """(offset, timestamp, leader epoch) for one ListOffsets query; the log knows the special
-    timestamps, this adds what consumers may see: nothing at or past the high watermark."""
+    timestamps, this adds what consumers may see: nothing at or past the high watermark, or
+    the last stable offset for read_committed (isolation_level 1)."""
     plog = hosted.log
     if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:  # no tiered storage: nothing pending
         return -1, -1, -1
+    fetchable = plog.last_stable_offset if isolation_level == READ_COMMITTED else plog.high_watermark
     if timestamp == LATEST_TIMESTAMP:
-        return plog.high_watermark, -1, hosted.leader_epoch
+        return fetchable, -1, hosted.leader_epoch
     found = plog.fetch_offset_by_timestamp(timestamp)
     if found is None:
         return -1, -1, -1
     offset, found_timestamp, leader_epoch = found
-    if offset >= plog.high_watermark and offset != plog.log_start_offset:
+    if offset >= fetchable and offset != plog.log_start_offset:
         return -1, -1, -1  # not yet visible to consumers
     return offset, found_timestamp, leader_epoch
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from kafka_ext.controller.image import TopicImage
 from kafka_ext.controller.quorum_controller import TopicCreation, check_topic_name
-from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.dispatcher import RequestContext
@@ -37,7 +36,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         missing: list[str] = []
         for entry in wanted:
             name = entry.name
-            if name is None and entry.topic_id != ZERO_UUID:
+            if name is None:  # by id; the zero id names no topic
                 found = image.topics_by_id.get(entry.topic_id)
                 if found is None:
                     # The name is nullable only from v12: older versions answer "".

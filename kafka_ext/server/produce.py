@@ -2,8 +2,12 @@
 
 Each partition answers on its own: an unknown partition, a corrupt batch or a batch above
 max.message.bytes fails that partition only. Batches are validated by header and CRC and
-appended whole (never decoded). acks=0 gets no response; if anything failed, the connection is
-closed instead, so the producer notices, as Kafka does. With one replica per partition, acks=1
+appended whole (never decoded). Idempotent batches are checked against the partition's producer
+state: a duplicate is answered with its original base offset and no error; sequence gaps, old
+epochs and plain batches inside a transaction get Kafka's errors. Transactional batches need
+the request's transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise, as Kafka).
+acks=0 gets no response; if anything failed, the connection is closed instead, so the
+producer notices, as Kafka does. With one replica per partition, acks=1
 and acks=-1 are both satisfied once the batch is in the log.
 """
 
@@ -15,11 +19,13 @@ from typing import Any
 from kafka_ext.network.connection import CloseConnection
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.protocol.record_batch import ATTRIBUTES_POS, TRANSACTIONAL_FLAG
 from kafka_ext.server.dispatcher import RequestContext
 
 log = logging.getLogger(__name__)
 
 _Response = registry()["ProduceResponse"].cls
+_TRANSACTIONAL_BYTE_POS = ATTRIBUTES_POS + 1  # the low byte of the big-endian int16 attributes
 _TopicResponse = _Response.TopicProduceResponse
 _PartitionResponse = _Response.PartitionProduceResponse
 
@@ -27,6 +33,9 @@ _PartitionResponse = _Response.PartitionProduceResponse
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if request.acks not in (0, 1, -1):
         return _error_for_all(request, ErrorCode.INVALID_REQUIRED_ACKS)
+    if request.transactional_id is None and _has_transactional_batch(request):
+        # Kafka authorizes transactional writes by their transactional id: none, no write.
+        return _error_for_all(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     replicas = ctx.broker.replica_manager
     failed = False
     topics = []
@@ -50,6 +59,14 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             raise CloseConnection("acks=0 produce failed")
         return None
     return _Response(responses=topics)
+
+
+def _has_transactional_batch(request: Any) -> bool:
+    """Whether any partition's first batch has the transactional attribute (a header byte)."""
+    return any(
+        data.records is not None and len(data.records) > _TRANSACTIONAL_BYTE_POS
+        and data.records[_TRANSACTIONAL_BYTE_POS] & TRANSACTIONAL_FLAG
+        for topic_data in request.topic_data for data in topic_data.partition_data)
 
 
 def _error_for_all(request: Any, code: ErrorCode) -> Any:

@@ -21,7 +21,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -31,7 +31,9 @@ from kafka_ext.protocol.record_batch import (
     BatchHeader,
     BytesLike,
     TimestampType,
+    batch_size_at,
     iter_batch_headers,
+    read_batch_header,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
@@ -48,8 +50,18 @@ from kafka_ext.storage.leader_epoch_cache import (
     UNDEFINED_EPOCH,
     LeaderEpochFileCache,
 )
+from kafka_ext.storage.log_cleaner import complete_interrupted_swaps
 from kafka_ext.storage.log_config import LogConfig
+from kafka_ext.storage.producer_state import (
+    AppendOrigin,
+    BatchMetadata,
+    CompletedTxn,
+    ProducerStateManager,
+    marker_of,
+    rebuild_producer_state,
+)
 from kafka_ext.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from kafka_ext.storage.transaction_index import AbortedTxn, TransactionIndexes
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +81,9 @@ def wall_clock_ms() -> int:
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
-    """Split a partition dir name `<topic>-<partition>`; ValueError if it is not one."""
-    topic, sep, partition = dir_name.rpartition("-")
+    """Split a partition dir name `<topic>-<partition>` (or a future replica's
+    `<topic>-<partition>.move`, KIP-113); ValueError if it is not one."""
+    topic, sep, partition = dir_name.removesuffix(".move").rpartition("-")
     if not sep or not topic or not partition.isdigit():
         raise ValueError(f"{dir_name!r} is not a <topic>-<partition> directory name")
     return topic, int(partition)
@@ -122,6 +135,8 @@ class UnifiedLog:
         "_closed",
         "_files_to_remove",
         "recovered_segments",
+        "producer_state",
+        "_txn_indexes",
     )
 
     def __init__(
@@ -153,6 +168,9 @@ class UnifiedLog:
         self.recovered_segments = 0  # how many segments the load re-validated (observability)
         directory.mkdir(parents=True, exist_ok=True)
         self.topic_id = self._load_topic_id(topic_id)
+        complete_interrupted_swaps(  # LogCleaner: a crash mid-swap reopens to the new segments
+            directory, index_interval_bytes=config.index_interval_bytes,
+            max_index_size_bytes=config.segment_index_bytes)
         self._remove_stray_files()
         self._epoch_cache, epochs_lost = self._load_epoch_cache()
         if epochs_lost:
@@ -166,6 +184,9 @@ class UnifiedLog:
         self._last_flush_ms = clock_ms()
         self._epoch_cache.truncate_from_end(self._log_end_offset)
         self._epoch_cache.truncate_from_start(self._log_start_offset)
+        self.producer_state = ProducerStateManager(directory)
+        self._txn_indexes = TransactionIndexes(directory)
+        self._load_producer_state()
 
     # -- loading
 
@@ -256,6 +277,24 @@ class UnifiedLog:
         kept[-1].on_become_active()
         self._set_segments(kept)
 
+    def _load_producer_state(self) -> None:
+        """Producer state as of the log end (Kafka's LogLoader): the newest readable snapshot
+        at or below it, then the batch headers after it, re-indexing the aborted transactions
+        found there. Runs at open (a clean shutdown leaves a snapshot at the end: no scan) and
+        after a truncation. Blocks on disk."""
+        state = self.producer_state
+        leo = self._log_end_offset
+        first_base = self._segments[0].base_offset
+        self._txn_indexes.retain(set(self._base_offsets))
+        state.delete_snapshots_outside(first_base, leo)
+        start = state.load_snapshot(leo)
+        if start < 0:
+            start = first_base
+        if start < leo:
+            self._txn_indexes.truncate_to(start)
+            if rebuild_producer_state(state, self._segments, start, self._index_aborted):
+                state.take_snapshot(leo)  # the next recovery starts here
+
     def _set_segments(self, segments: list[LogSegment]) -> None:
         """Replace the segment list (copy-on-write, so a flush thread can iterate a snapshot)."""
         self._segments = segments
@@ -295,6 +334,16 @@ class UnifiedLog:
     def high_watermark(self, offset: int) -> None:
         """Set by replication (or by the broker after an append for a single replica); clamped."""
         self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+        self.producer_state.on_high_watermark_updated(self._high_watermark)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """First offset a read_committed consumer may not read yet: the first offset of the
+        oldest undecided (or unreplicated) transaction, else the high watermark."""
+        first_unstable = self.producer_state.first_unstable_offset
+        if first_unstable < 0 or first_unstable >= self._high_watermark:
+            return self._high_watermark
+        return max(first_unstable, self._log_start_offset)
 
     @property
     def recovery_point(self) -> int:
@@ -317,9 +366,13 @@ class UnifiedLog:
 
     def append_as_leader(
         self, records: BytesLike, leader_epoch: int, *, log_append_time_ms: int | None = None,
-        in_place: bool = False,
+        in_place: bool = False, origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Assign offsets to already-validated batches and append them.
+
+        Batches with a producer id pass the producer-state checks of `origin` first (see
+        ProducerStateManager.check_batch); a CLIENT duplicate of one of the producer's last five
+        batches is not appended: the result carries the original offsets.
 
         Patches each batch's base offset and partition leader epoch in one copy of `records`, or,
         with `in_place`, in `records` itself (it must then be writable and the caller's alone);
@@ -331,7 +384,7 @@ class UnifiedLog:
         batches = self._whole_batches(buf)
         create_time = self._config.message_timestamp_type == TimestampType.CREATE_TIME
         now_ms = self._clock_ms()
-        for _, header in batches:
+        for pos, header in batches:
             if header.size_bytes > self._config.max_message_bytes:
                 raise KafkaError(
                     ErrorCode.MESSAGE_TOO_LARGE,
@@ -339,6 +392,11 @@ class UnifiedLog:
                 )
             if create_time:
                 self._check_timestamps(header, now_ms)
+            if header.producer_id >= 0:
+                marker = marker_of(buf, pos) if header.is_control else None
+                duplicate = self.producer_state.check_batch(header, origin, marker)
+                if duplicate is not None:
+                    return self._duplicate_append_info(duplicate)
         if len(buf) > self._config.segment_bytes:
             raise KafkaError(
                 ErrorCode.RECORD_LIST_TOO_LARGE,
@@ -349,6 +407,7 @@ class UnifiedLog:
             append_time = self._clock_ms() if log_append_time_ms is None else log_append_time_ms
         first_offset = next_offset = self._log_end_offset
         max_timestamp, offset_of_max = NO_TIMESTAMP, first_offset
+        producer_batches: list[tuple[int, BatchHeader, int, int]] = []
         for pos, header in batches:
             set_base_offset(buf, pos, next_offset)
             set_partition_leader_epoch(buf, pos, leader_epoch)
@@ -356,12 +415,16 @@ class UnifiedLog:
             if append_time >= 0:
                 set_log_append_time(buf, pos, append_time)
                 timestamp = append_time
+            if header.producer_id >= 0:
+                producer_batches.append((pos, header, next_offset, timestamp))
             last_offset = next_offset + header.last_offset_delta
             if timestamp > max_timestamp:
                 max_timestamp, offset_of_max = timestamp, last_offset
             next_offset = last_offset + 1
         self._epoch_cache.assign(leader_epoch, first_offset)
         self._append_group(buf, first_offset, next_offset - 1, max_timestamp)
+        if producer_batches:
+            self._update_producer_state(buf, producer_batches)
         return LogAppendInfo(
             first_offset=first_offset,
             last_offset=next_offset - 1,
@@ -414,6 +477,10 @@ class UnifiedLog:
                         header.last_offset,
                         group_max_timestamp,
                     )
+                    self._update_producer_state(view, [
+                        (p, h, h.base_offset, h.max_timestamp) for p, h in batches
+                        if h.producer_id >= 0 and group_first_offset <= h.base_offset <= header.last_offset
+                    ])
                     if following is not None:
                         group_start, group_first_offset = following[0], following[1].base_offset
                         group_max_timestamp = NO_TIMESTAMP
@@ -427,6 +494,45 @@ class UnifiedLog:
             log_start_offset=self._log_start_offset,
             shallow_count=len(batches),
             valid_bytes=sum(header.size_bytes for _, header in batches),
+        )
+
+    def _update_producer_state(
+        self, buf: BytesLike, batches: list[tuple[int, BatchHeader, int, int]]
+    ) -> None:
+        """Apply appended (position, header, first offset, timestamp) batches to the producer
+        state; index the transactions ABORT markers among them ended."""
+        state = self.producer_state
+        for pos, header, first_offset, timestamp in batches:
+            marker = marker_of(buf, pos) if header.is_control else None
+            completed = state.update(header, first_offset, timestamp, marker)
+            if completed is not None:
+                segment_base = self._segments[self._segment_index(first_offset)].base_offset
+                self._index_aborted(segment_base, completed, state.complete_txn(completed))
+
+    def _index_aborted(
+        self, segment_base_offset: int, completed: CompletedTxn, last_stable_offset: int
+    ) -> None:
+        """Write an aborted transaction to the .txnindex of the segment holding its marker."""
+        if completed.is_aborted:
+            self._txn_indexes.append(segment_base_offset, AbortedTxn(
+                completed.producer_id, completed.first_offset, completed.last_offset,
+                last_stable_offset,
+            ))
+
+    def _duplicate_append_info(self, duplicate: BatchMetadata) -> LogAppendInfo:
+        """What a duplicate batch is answered with: the original batch's offsets (Kafka)."""
+        log_append_time = -1
+        if self._config.message_timestamp_type == TimestampType.LOG_APPEND_TIME:
+            log_append_time = duplicate.timestamp_ms
+        return LogAppendInfo(
+            first_offset=duplicate.first_offset,
+            last_offset=duplicate.last_offset,
+            max_timestamp=duplicate.timestamp_ms,
+            offset_of_max_timestamp=duplicate.last_offset,
+            log_append_time_ms=log_append_time,
+            log_start_offset=self._log_start_offset,
+            shallow_count=0,
+            valid_bytes=0,
         )
 
     def _assign_epochs(
@@ -511,6 +617,8 @@ class UnifiedLog:
         segment = self._new_segment(base, active=True)
         segments.append(segment)
         self._set_segments(segments)
+        if base == self._log_end_offset:
+            self.producer_state.take_snapshot(base)  # recovery replays from here, as Kafka's
         return segment
 
     # -- reads
@@ -570,6 +678,37 @@ class UnifiedLog:
                 if offset >= limit_offset:
                     break
         return result
+
+    def collect_aborted_transactions(
+        self, fetch_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound_offset) (read_committed)."""
+        if not self._txn_indexes.may_overlap(fetch_offset):
+            return []
+        segment_base = self._segments[self._segment_index(fetch_offset)].base_offset
+        return self._txn_indexes.collect(segment_base, fetch_offset, upper_bound_offset)
+
+    def aborted_transactions_in(self, info: FetchDataInfo) -> list[AbortedTxn]:
+        """Aborted transactions overlapping what `read` returned (Kafka's fetch upper bound:
+        the offset after the last batch read); headers only, and only if any may overlap."""
+        fetch_offset = info.fetch_offset_metadata.message_offset
+        if not info.records or not self._txn_indexes.may_overlap(fetch_offset):
+            return []
+        last = info.records[-1]
+        position, upper_bound = 0, fetch_offset
+        while True:
+            size = batch_size_at(last, position)
+            if size is None or position + size > len(last):
+                break
+            if position + size == len(last):
+                upper_bound = read_batch_header(last, position).next_offset
+                break
+            position += size
+        return self.collect_aborted_transactions(fetch_offset, upper_bound)
+
+    def aborted_transactions(self) -> list[AbortedTxn]:
+        """Every aborted transaction indexed in this log, oldest first."""
+        return self._txn_indexes.entries()
 
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> OffsetAndTimestamp | None:
         """ListOffsets: earliest (-2, -4), latest (-1), max-timestamp (-3), or the first record
@@ -654,6 +793,12 @@ class UnifiedLog:
         with self._segment_files_lock:
             for segment in doomed:
                 self._files_to_remove += segment.delete(defer=True)
+                txn_index = self._txn_indexes.drop(segment.base_offset, defer=True)
+                if txn_index is not None:
+                    self._files_to_remove.append(txn_index)
+        self.producer_state.delete_snapshots_outside(
+            self._segments[0].base_offset, self._log_end_offset
+        )
         first_base = self._segments[0].base_offset
         if first_base > self._log_start_offset:
             self._log_start_offset = first_base
@@ -725,6 +870,8 @@ class UnifiedLog:
         self._set_segments([self._new_segment(offset, active=True)])
         self._log_start_offset = self._log_end_offset = offset
         self._epoch_cache.clear()
+        self._txn_indexes.drop_all()
+        self.producer_state.delete_all_snapshots()
         self._after_truncation()
 
     def _after_truncation(self) -> None:
@@ -732,6 +879,7 @@ class UnifiedLog:
         self._high_watermark = min(max(self._high_watermark, self._log_start_offset), leo)
         self._recovery_point = min(self._recovery_point, leo)
         self._epoch_cache.truncate_from_end(leo)
+        self._load_producer_state()  # drops snapshots and aborted txns past the new end
 
     # -- durability
 
@@ -787,10 +935,34 @@ class UnifiedLog:
             for fd in fds:
                 os.close(fd)
         self._epoch_cache.flush()
+        self._txn_indexes.flush()
         with self._segment_files_lock:
             # A truncation while we synced may have moved the end below target.
             self._recovery_point = max(self._recovery_point, min(target, self._log_end_offset))
             self._last_flush_ms = self._clock_ms()
+
+    def replace_segments(
+        self, old_segments: Sequence[LogSegment], open_replacement: Callable[[], LogSegment]
+    ) -> LogSegment:
+        """Swap one cleaned segment in for old_segments (consecutive, below the active one), on
+        the loop (LogCleaner). The old files become `*.deleted` (see take_deleted_files) before
+        open_replacement renames the replacement's `.swap` files into place and opens it."""
+        segments = self._segments
+        start = next((n for n, s in enumerate(segments) if s is old_segments[0]), len(segments))
+        end = start + len(old_segments)
+        if end >= len(segments) or any(
+            a is not b for a, b in zip(segments[start:end], old_segments, strict=True)
+        ):
+            raise ValueError(f"{old_segments} are not consecutive inactive segments of {self}")
+        with self._segment_files_lock:
+            for segment in old_segments:
+                self._files_to_remove += segment.delete(defer=True)
+                txn_index = self._txn_indexes.drop(segment.base_offset, defer=True)
+                if txn_index is not None:  # cleaning drops all aborted data it covers
+                    self._files_to_remove.append(txn_index)
+            replacement = open_replacement()
+        self._set_segments(segments[:start] + [replacement] + segments[end:])
+        return replacement
 
     def take_deleted_files(self) -> list[Path]:
         """The renamed files of segments deleted since the last call; the caller unlinks them
@@ -801,6 +973,13 @@ class UnifiedLog:
     def close(self) -> None:
         """Close every segment (the caller flushed first if it wanted durability)."""
         with self._segment_files_lock:
+            if not self._closed:
+                # The clean-shutdown snapshot: the next open loads it and scans nothing.
+                try:
+                    self.producer_state.take_snapshot(self._log_end_offset, sync=True)
+                    self._txn_indexes.flush()
+                except OSError as exc:  # e.g. a failed log dir: the next open rebuilds
+                    logger.warning("no producer snapshot for %s: %s", self.dir, exc)
             self._closed = True
             self._epoch_cache.flush()
             for segment in self._segments:

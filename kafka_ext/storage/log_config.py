@@ -33,11 +33,22 @@ class LogConfig:
     message_timestamp_after_max_ms: int = 3600 * 1000
     cleanup_policy: tuple[str, ...] = ("delete",)  # cleanup.policy: delete and/or compact
     compression_type: str = "producer"  # compression.type: "producer" keeps the batch's codec
+    # Compaction (LogCleaner): how long tombstones and empty-transaction markers outlive their
+    # first cleaning, the dirty fraction that triggers one, and how long records stay uncleaned.
+    delete_retention_ms: int = 24 * 3600 * 1000  # delete.retention.ms
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
 
     @property
     def deletes_by_retention(self) -> bool:
         """Whether retention.ms / retention.bytes apply (cleanup.policy contains delete)."""
         return "delete" in self.cleanup_policy
+
+    @property
+    def compacts(self) -> bool:
+        """Whether the log cleaner compacts this log (cleanup.policy contains compact)."""
+        return "compact" in self.cleanup_policy
 
     @classmethod
     def from_topic_configs(
@@ -65,6 +76,11 @@ class LogConfig:
                     if not policy or any(p not in ("delete", "compact") for p in policy):
                         raise ValueError(value)
                     changes[name] = policy
+                elif name == "min_cleanable_dirty_ratio":
+                    ratio = float(value)
+                    if not 0.0 <= ratio <= 1.0:
+                        raise ValueError(value)
+                    changes[name] = ratio
                 else:
                     changes[name] = int(value)
             except (KeyError, ValueError):

@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"  # <topic>-<partition>.<uuid hex>-delete: a log waiting for removal
 MOVE_DIR_SUFFIX = ".move"  # a replica being moved here between log dirs (DESIGN.md §6)
+MOVED_DELETE_SUFFIX = ".delete"  # the proposal's name for a moved-away source (KIP-113)
+PLACEMENT_FEWEST_PARTITIONS = "fewest-partitions"  # log.dir.placement.policy values
+PLACEMENT_MOST_FREE_BYTES = "most-free-bytes"
 
 TopicPartition = tuple[str, int]
 
@@ -54,6 +57,14 @@ class LogManager:
         "_logs",
         "_log_dir_of",
         "_directory_ids",
+        # JBOD (KIP-112/113, docs/jbod.md): dirs found failed, placement, crash-recovery leftovers.
+        "offline_dirs",
+        "offline_partitions",
+        "placement_policy",
+        "preferred_dirs",
+        "pending_deletions",
+        "future_dirs",
+        "failure_listener",
     )
 
     def __init__(
@@ -78,17 +89,53 @@ class LogManager:
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._directory_ids: dict[Path, uuid.UUID] = {}
+        # Dirs that failed (at load or later): no log lives there any more, nothing goes there.
+        self.offline_dirs: dict[Path, str] = {}
+        # Partitions whose log was in an offline dir: never recreated elsewhere (no data loss).
+        self.offline_partitions: set[TopicPartition] = set()
+        self.placement_policy = PLACEMENT_FEWEST_PARTITIONS
+        # AlterReplicaLogDirs for a partition not hosted yet: where create_log must put it.
+        self.preferred_dirs: dict[TopicPartition, Path] = {}
+        # Found by load: `-delete`/`.delete` dirs to remove off the loop, `.move` dirs to resume.
+        self.pending_deletions: list[Path] = []
+        self.future_dirs: dict[TopicPartition, Path] = {}
+        # Called (from any thread) with (log_dir, error) when an I/O error hits a dir.
+        self.failure_listener: Callable[[Path, BaseException], None] | None = None
 
     # -- start-up
 
     def load(self) -> None:
-        """Check each dir's identity, remove `-delete` dirs, open every partition log (recovering
-        those of a dir without a clean-shutdown marker), then drop the markers. Blocks."""
+        """Check each dir's identity, queue `-delete` dirs for removal, open every partition log
+        (recovering those of a dir without a clean-shutdown marker), then drop the markers.
+        A dir that fails with OSError is offline (KIP-112); if all do, KAFKA_STORAGE_ERROR. Blocks."""
         for log_dir in self.log_dirs:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            self._directory_ids[log_dir] = self._check_meta_properties(log_dir)
-        for log_dir in self.log_dirs:
-            self._load_dir(log_dir)
+            try:
+                log_dir.mkdir(parents=True, exist_ok=True)
+                self._directory_ids[log_dir] = self._check_meta_properties(log_dir)
+            except OSError as exc:  # KIP-112: start with the dirs that work
+                self._fail_at_load(log_dir, exc)
+        for log_dir in self.online_dirs():
+            try:
+                self._load_dir(log_dir)
+            except OSError as exc:
+                self._fail_at_load(log_dir, exc)
+        if not self.online_dirs():
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"every log dir is offline: {self.offline_dirs}")
+
+    def _fail_at_load(self, log_dir: Path, exc: OSError) -> None:
+        logger.error("log dir %s is offline (KIP-112): %s", log_dir, exc)
+        self.offline_dirs[log_dir] = str(exc)
+        for tp in [tp for tp, d in self._log_dir_of.items() if d == log_dir]:
+            log = self._logs.pop(tp)
+            del self._log_dir_of[tp]
+            self.offline_partitions.add(tp)
+            try:
+                log.close()
+            except OSError as close_exc:
+                logger.warning("closing %s on failed dir %s: %s", log.dir, log_dir, close_exc)
+        for tp in [tp for tp, d in self.future_dirs.items() if d.parent == log_dir]:
+            del self.future_dirs[tp]
 
     def _check_meta_properties(self, log_dir: Path) -> uuid.UUID:
         """Write meta.properties once; afterwards the cluster and node ids must match it."""
@@ -124,11 +171,15 @@ class LogManager:
         for path in sorted(log_dir.iterdir()):
             if not path.is_dir():
                 continue
-            if path.name.endswith(DELETE_DIR_SUFFIX):
-                shutil.rmtree(path)
+            if path.name.endswith((DELETE_DIR_SUFFIX, MOVED_DELETE_SUFFIX)):
+                self.pending_deletions.append(path)  # removed asynchronously after start
                 continue
             if path.name.endswith(MOVE_DIR_SUFFIX):
-                continue  # the replica mover resumes these
+                try:  # the replica mover resumes (or completes) these: replica_mover.py
+                    self.future_dirs[parse_topic_partition(path.name[: -len(MOVE_DIR_SUFFIX)])] = path
+                except ValueError:
+                    logger.warning("ignoring %s: not a partition directory", path)
+                continue
             try:
                 tp = parse_topic_partition(path.name)
             except ValueError:
@@ -194,10 +245,12 @@ class LogManager:
                     f"{topic}-{partition} exists with topic id {existing.topic_id}, not {topic_id}",
                 )
             return existing
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._log_dir_of.values():
-            counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])  # ties: the first configured dir
+        if tp in self.offline_partitions:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"{topic}-{partition} is in an offline log dir")
+        log_dir = self.preferred_dirs.pop(tp, None)
+        if log_dir is None or log_dir not in self._directory_ids or log_dir in self.offline_dirs:
+            log_dir = self.place_new_log()
         log = UnifiedLog(
             log_dir / f"{topic}-{partition}",
             config or self._config_for(topic),
@@ -208,6 +261,49 @@ class LogManager:
         self._logs[tp] = log
         self._log_dir_of[tp] = log_dir
         return log
+
+    def online_dirs(self) -> list[Path]:
+        """The configured dirs that are not offline, in configuration order."""
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
+    def place_new_log(self) -> Path:
+        """The online dir for a new partition: fewest partitions, or most free bytes (config)."""
+        online = self.online_dirs()
+        if not online:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "no log dir is online")
+        if self.placement_policy == PLACEMENT_MOST_FREE_BYTES:
+            free: dict[Path, int] = {}
+            for d in online:
+                try:
+                    free[d] = shutil.disk_usage(d).free
+                except OSError:
+                    free[d] = -1
+            return max(online, key=lambda d: free[d])  # ties: the first configured dir
+        counts = dict.fromkeys(online, 0)
+        for d in self._log_dir_of.values():
+            if d in counts:
+                counts[d] += 1
+        return min(online, key=lambda d: counts[d])  # ties: the first configured dir
+
+    def replace_log(self, log: UnifiedLog, log_dir: Path) -> None:
+        """Point the partition at `log` in `log_dir` (a finished replica move swaps in its copy)."""
+        tp = (log.topic, log.partition)
+        self._logs[tp] = log
+        self._log_dir_of[tp] = log_dir
+
+    def mark_dir_offline(self, log_dir: Path, reason: str) -> list[TopicPartition]:
+        """KIP-112: forget every log of a failed dir (closing what can be closed); returns them."""
+        self.offline_dirs.setdefault(log_dir, reason)
+        lost = [tp for tp, d in self._log_dir_of.items() if d == log_dir]
+        for tp in lost:
+            log = self._logs.pop(tp)
+            del self._log_dir_of[tp]
+            self.offline_partitions.add(tp)
+            try:
+                log.close()
+            except OSError as exc:  # a dead disk may refuse even this; the fds go with the log
+                logger.warning("closing %s on failed dir %s: %s", log.dir, log_dir, exc)
+        return lost
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Detach the log (see `detach_log`) and remove its files. Blocks."""
@@ -249,9 +345,14 @@ class LogManager:
         # by one C-level call (atomic under the GIL), never by iterating the live dicts.
         logs = list(self._logs.items())
         dir_of = dict(self._log_dir_of)
-        for log_dir in self.log_dirs:
+        for log_dir in self.online_dirs():
             offsets = {tp: value(log) for tp, log in logs if dir_of.get(tp) == log_dir}
-            OffsetCheckpointFile(log_dir / name).write(offsets)
+            try:
+                OffsetCheckpointFile(log_dir / name).write(offsets)
+            except OSError as exc:  # KIP-112: this dir fails; the others keep their checkpoints
+                if self.failure_listener is None:
+                    raise
+                self.failure_listener(log_dir, exc)
 
     def checkpoint_recovery_points(self) -> None:
         """Write recovery-point-offset-checkpoint in every log dir (blocks)."""
@@ -274,7 +375,7 @@ class LogManager:
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
         marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch})
-        for log_dir in self.log_dirs:
+        for log_dir in self.online_dirs():
             write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, marker)
         self._logs.clear()
         self._log_dir_of.clear()

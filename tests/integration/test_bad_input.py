@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import DecodeError, ErrorCode
 from kafka_ext.protocol.framing import SIZE, decode_request_header, decode_response, encode_request
 from kafka_ext.protocol.messages import registry
@@ -341,7 +342,7 @@ def test_empty_frame_closes_connection(broker: Any) -> None:
 # -- API keys and versions -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("api_key", [9999, -1, 76, 1000, 22], ids=lambda k: f"key{k}")
+@pytest.mark.parametrize("api_key", [9999, -1, 76, 1000, 29], ids=lambda k: f"key{k}")
 def test_unknown_or_unserved_api_key_closes_connection(broker: Any, traffic: SteadyTraffic,
                                                        api_key: int) -> None:
     advertised = advertised_ranges(broker)
@@ -539,6 +540,10 @@ def test_random_well_formed_requests_are_answered(broker: Any, drawn: tuple[int,
     api_key, version, request = drawn
     if api_key == API_FETCH:
         request.max_wait_ms = min(request.max_wait_ms, 200)  # no long polls in this test
+    if api_key == ApiKey.JOIN_GROUP:
+        # A join into a group another example joined waits up to that member's rebalance
+        # timeout (a long poll, as in Kafka): each example gets a group of its own.
+        request.group_id = f"wf-{uuid.uuid4()}"
     what = f"{registry().requests[api_key].name} v{version}: {request!r}"[:2000]
     with connect(broker) as sock:
         sock.sendall(encode_request(api_key, version, 11, "wf", request))

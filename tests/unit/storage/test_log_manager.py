@@ -123,14 +123,18 @@ def test_delete_log_renames_then_removes(tmp_path: Path, clock, make_batch) -> N
     assert err.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_load_removes_delete_dirs_and_ignores_move_dirs(tmp_path: Path, clock) -> None:
+def test_load_queues_delete_dirs_and_hands_move_dirs_to_the_mover(tmp_path: Path, clock) -> None:
     d = tmp_path / "d"
-    (d / f"t-0.{uuid.uuid4().hex}-delete").mkdir(parents=True)
+    doomed = d / f"t-0.{uuid.uuid4().hex}-delete"
+    doomed.mkdir(parents=True)
+    (d / "t-3.delete").mkdir()  # the proposal's name for a moved-away source
     (d / "t-1.move").mkdir()
     (d / "t-2").mkdir()
     manager = _manager([d], clock)
     assert [(log.topic, log.partition) for log in manager.all_logs()] == [("t", 2)]
-    assert sorted(p.name for p in d.iterdir() if p.is_dir()) == ["t-1.move", "t-2"]
+    # Removal is asynchronous (the broker's executor), so start-up never waits for it.
+    assert sorted(p.name for p in manager.pending_deletions) == sorted([doomed.name, "t-3.delete"])
+    assert manager.future_dirs == {("t", 1): d.resolve() / "t-1.move"}
 
 
 def test_topic_with_dashes_round_trips(tmp_path: Path, clock, make_batch) -> None:

@@ -1,0 +1,150 @@
+"""GroupCoordinatorShard: the groups and committed offsets of one `__consumer_offsets` partition.
+
+Mirrors Kafka's GroupCoordinatorShard with its GroupMetadataManager (classic groups) and
+OffsetMetadataManager (offsets, pending transactional offsets). State is rebuilt by replaying
+the partition's records; offset records are replayed after every write, while classic group
+metadata lives in memory and its records are replayed only at load (as in Kafka).
+Owned by the coordinator runtime; touched only on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kafka_ext.coordinator.group.classic_group import ClassicGroup
+from kafka_ext.coordinator.group.records import (
+    GroupMetadataKey,
+    OffsetAndMetadata,
+    OffsetCommitKey,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+)
+from kafka_ext.protocol.errors import DecodeError
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True, frozen=True)
+class CommittedOffset:
+    """A committed offset and the log offset of the record that committed it."""
+
+    value: OffsetAndMetadata
+    record_offset: int
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class GroupCoordinatorShard:
+    """Groups and offsets of one partition; see the module docstring."""
+
+    def __init__(self, partition: int, on_loaded: Callable[[GroupCoordinatorShard], None] | None
+                 = None, on_unloaded: Callable[[GroupCoordinatorShard], None] | None = None,
+                 clock_ms: Callable[[], int] = _now_ms) -> None:
+        self.partition = partition
+        self.groups: dict[str, ClassicGroup] = {}
+        self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        # producer id -> group id -> partition -> offset written in its open transaction
+        self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
+        self.loaded = False
+        self._on_loaded = on_loaded
+        self._on_unloaded = on_unloaded
+        self._clock_ms = clock_ms
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def group(self, group_id: str) -> ClassicGroup | None:
+        return self.groups.get(group_id)
+
+    def get_or_create_group(self, group_id: str) -> ClassicGroup:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = ClassicGroup(group_id, self._clock_ms())
+        return group
+
+    def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+        return self.offsets.get(group_id, {})
+
+    def has_pending_txn_offsets(self, group_id: str, tp: TopicPartition | None = None) -> bool:
+        """Whether an open transaction wrote offsets for the group (for that partition)."""
+        for by_group in self.pending_txn_offsets.values():
+            pending = by_group.get(group_id)
+            if pending and (tp is None or tp in pending):
+                return True
+        return False
+
+    # -- replay ------------------------------------------------------------------------------
+
+    def replay(self, offset: int, producer_id: int, producer_epoch: int, key: bytes,
+               value: bytes | None) -> None:
+        try:
+            decoded = decode_key(key)
+            if isinstance(decoded, OffsetCommitKey):
+                self._replay_offset(offset, producer_id, decoded, value)
+            elif isinstance(decoded, GroupMetadataKey):
+                self._replay_group(decoded.group_id, value)
+        except DecodeError as exc:
+            log.error("__consumer_offsets-%d: undecodable record at offset %d skipped: %s",
+                      self.partition, offset, exc)
+
+    def _replay_offset(self, offset: int, producer_id: int, key: OffsetCommitKey,
+                       value: bytes | None) -> None:
+        tp = (key.topic, key.partition)
+        if producer_id != -1:
+            if value is None:
+                return  # tombstones are never transactional
+            pending = self.pending_txn_offsets.setdefault(producer_id, {})
+            pending.setdefault(key.group_id, {})[tp] = CommittedOffset(
+                decode_offset_commit_value(value), offset)
+            return
+        if value is None:
+            group_offsets = self.offsets.get(key.group_id)
+            if group_offsets is not None:
+                group_offsets.pop(tp, None)
+                if not group_offsets:
+                    del self.offsets[key.group_id]
+            return
+        # An offset commit implies its group exists, if only as a simple (memberless) group.
+        self.get_or_create_group(key.group_id)
+        self.offsets.setdefault(key.group_id, {})[tp] = CommittedOffset(
+            decode_offset_commit_value(value), offset)
+
+    def _replay_group(self, group_id: str, value: bytes | None) -> None:
+        if value is None:
+            self.groups.pop(group_id, None)
+            self.offsets.pop(group_id, None)
+            return
+        self.groups[group_id] = ClassicGroup.from_record(
+            group_id, decode_group_metadata_value(value), self._clock_ms())
+
+    def replay_end_transaction(self, producer_id: int, producer_epoch: int, committed: bool,
+                               offset: int) -> None:
+        """COMMIT makes the producer's pending offsets visible unless a later plain commit of
+        the same partition already replaced them; ABORT drops them."""
+        pending = self.pending_txn_offsets.pop(producer_id, None)
+        if not pending or not committed:
+            return
+        for group_id, by_partition in pending.items():
+            self.get_or_create_group(group_id)
+            group_offsets = self.offsets.setdefault(group_id, {})
+            for tp, txn_offset in by_partition.items():
+                current = group_offsets.get(tp)
+                if current is None or current.record_offset < txn_offset.record_offset:
+                    group_offsets[tp] = txn_offset
+
+    def on_loaded(self) -> None:
+        self.loaded = True
+        if self._on_loaded is not None:
+            self._on_loaded(self)
+
+    def on_unloaded(self) -> None:
+        self.loaded = False
+        if self._on_unloaded is not None:
+            self._on_unloaded(self)

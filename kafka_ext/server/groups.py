@@ -1,0 +1,335 @@
+"""Consumer group APIs: coordinator discovery, the classic group protocol and offsets.
+
+FindCoordinator (10, v1-v6; batched coordinator_keys from v4; key type 0 groups, 1 transactional
+ids), JoinGroup (11, v2-v9; MEMBER_ID_REQUIRED from v4, static members from v5, protocol type
+in the answer from v7, SkipAssignment v9), SyncGroup (14, v0-v5; protocol checks v5),
+Heartbeat (12, v0-v4), LeaveGroup (13, v0-v5; batched members from v3), OffsetCommit (8, v2-v9),
+OffsetFetch (9, v1-v9; several groups from v8), OffsetDelete (47, v0), ListGroups (16, v0-v5;
+state filter v4, type filter v5), DescribeGroups (15, v0-v5), DeleteGroups (42, v1-v2) and
+TxnOffsetCommit (28, v0-v4). The GroupCoordinator decides; these handlers translate the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka_ext.coordinator.group.coordinator import (
+    FetchedOffset,
+    GroupCoordinator,
+    OffsetCommitEntry,
+)
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.messages import registry
+from kafka_ext.server.dispatcher import RequestContext
+
+_reg = registry()
+
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+# AuthorizedOperations of a group when asked for it: READ (3), DELETE (6) and DESCRIBE (8);
+# without an authorizer every operation is allowed.
+_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+_OPERATIONS_NOT_REQUESTED = -(2**31)
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+    coordinator: GroupCoordinator = ctx.broker.group_coordinator
+    return coordinator
+
+
+def _client_host(ctx: RequestContext) -> str:
+    peer = ctx.connection.peer
+    return "/" + peer.rsplit(":", 1)[0] if peer != "?" else ""
+
+
+# -- FindCoordinator ---------------------------------------------------------------------------
+
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["FindCoordinatorResponse"].cls
+    if ctx.api_version >= 4:
+        coordinators = []
+        for key in request.coordinator_keys:
+            error, message, node = await _find(ctx, request.key_type, key)
+            coordinators.append(Response.Coordinator(
+                key=key, node_id=node[0], host=node[1], port=node[2], error_code=int(error),
+                error_message=message))
+        return Response(coordinators=coordinators)
+    error, message, node = await _find(ctx, request.key_type, request.key)
+    return Response(error_code=int(error), error_message=message, node_id=node[0],
+                    host=node[1], port=node[2])
+
+
+async def _find(ctx: RequestContext, key_type: int, key: str
+                ) -> tuple[ErrorCode, str | None, tuple[int, str, int]]:
+    """(error, message, (node id, host, port)) of the coordinator of `key`."""
+    no_node = (-1, "", -1)
+    if key_type == GROUP_KEY_TYPE:
+        coordinator: Any = ctx.broker.group_coordinator
+    elif key_type == TRANSACTION_KEY_TYPE:
+        coordinator = getattr(ctx.broker, "txn_coordinator", None)
+        if coordinator is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, "no transaction coordinator", no_node
+    else:
+        return ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}", no_node
+    runtime = coordinator.runtime
+    try:
+        await runtime.ensure_topic()
+    except KafkaError as exc:
+        return exc.code, exc.message, no_node
+    leader = runtime.leader_of(coordinator.partition_for(key))
+    for node in ctx.broker.live_nodes():
+        if node.node_id == leader:
+            return ErrorCode.NONE, None, (node.node_id, node.host, node.port)
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is not available", no_node
+
+
+# -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------
+
+async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["JoinGroupResponse"].cls
+    version = ctx.api_version
+    try:
+        result = await _coordinator(ctx).join_group(
+            group_id=request.group_id, member_id=request.member_id,
+            group_instance_id=request.group_instance_id, client_id=ctx.client_id or "",
+            client_host=_client_host(ctx), session_timeout_ms=request.session_timeout_ms,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+            api_version=version)
+    except KafkaError as exc:
+        return Response(error_code=int(exc.code), generation_id=-1,
+                        protocol_name=None if version >= 7 else "", leader="",
+                        member_id=request.member_id, members=[])
+    protocol_name = result.protocol_name
+    if protocol_name is None and version < 7:
+        protocol_name = ""
+    return Response(
+        error_code=result.error, generation_id=result.generation_id,
+        protocol_type=result.protocol_type, protocol_name=protocol_name,
+        leader=result.leader_id, skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=[Response.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md)
+                 for m, i, md in result.members])
+
+
+async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["SyncGroupResponse"].cls
+    try:
+        result = await _coordinator(ctx).sync_group(
+            group_id=request.group_id, generation_id=request.generation_id,
+            member_id=request.member_id, group_instance_id=request.group_instance_id,
+            protocol_type=request.protocol_type, protocol_name=request.protocol_name,
+            assignments=[(a.member_id, bytes(a.assignment)) for a in request.assignments])
+    except KafkaError as exc:
+        return Response(error_code=int(exc.code), assignment=b"")
+    return Response(error_code=result.error, protocol_type=result.protocol_type,
+                    protocol_name=result.protocol_name, assignment=result.assignment)
+
+
+async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["HeartbeatResponse"].cls
+    try:
+        error = await _coordinator(ctx).heartbeat(
+            group_id=request.group_id, generation_id=request.generation_id,
+            member_id=request.member_id, group_instance_id=request.group_instance_id)
+    except KafkaError as exc:
+        error = exc.code
+    return Response(error_code=int(error))
+
+
+async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["LeaveGroupResponse"].cls
+    if ctx.api_version >= 3:
+        members = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        members = [(request.member_id, None)]
+    try:
+        error, errors = await _coordinator(ctx).leave_group(request.group_id, members)
+    except KafkaError as exc:
+        error, errors = exc.code, []
+    if ctx.api_version < 3:
+        if error == ErrorCode.NONE and errors:
+            error = errors[0]
+        return Response(error_code=int(error))
+    if error != ErrorCode.NONE:
+        return Response(error_code=int(error), members=[])
+    return Response(error_code=0, members=[
+        Response.MemberResponse(member_id=m, group_instance_id=i, error_code=int(e))
+        for (m, i), e in zip(members, errors, strict=True)])
+
+
+# -- offsets -----------------------------------------------------------------------------------
+
+def _commit_entries(ctx: RequestContext, request: Any
+                    ) -> tuple[list[OffsetCommitEntry], dict[tuple[str, int], ErrorCode]]:
+    """The offsets of an (Txn)OffsetCommit request for known topics, and the error of each
+    partition of an unknown topic."""
+    known = ctx.broker.controller.image.topics_by_name
+    entries: list[OffsetCommitEntry] = []
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            if t.name not in known:
+                codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                entries.append(OffsetCommitEntry(t.name, p.partition_index, p.committed_offset,
+                                                 p.committed_leader_epoch, p.committed_metadata))
+    return entries, codes
+
+
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["OffsetCommitResponse"].cls
+    entries, codes = _commit_entries(ctx, request)
+    failure: ErrorCode | None = None
+    if entries:
+        try:
+            results = await _coordinator(ctx).commit_offsets(
+                group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
+                member_id=request.member_id, group_instance_id=request.group_instance_id,
+                retention_time_ms=request.retention_time_ms, entries=entries,
+                api_version=ctx.api_version)
+        except KafkaError as exc:
+            failure = _offset_commit_error(exc.code)
+        else:
+            for entry, code in zip(entries, results, strict=True):
+                codes[(entry.topic, entry.partition)] = code
+    if failure is not None:
+        for entry in entries:
+            codes[(entry.topic, entry.partition)] = failure
+    return Response(topics=[Response.OffsetCommitResponseTopic(name=t.name, partitions=[
+        Response.OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                               error_code=int(codes[(t.name, p.partition_index)]))
+        for p in t.partitions]) for t in request.topics])
+
+
+def _offset_commit_error(code: ErrorCode) -> ErrorCode:
+    """Kafka answers a commit too large for the log as INVALID_COMMIT_OFFSET_SIZE."""
+    if code == ErrorCode.UNKNOWN_SERVER_ERROR:
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    return code
+
+
+async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["TxnOffsetCommitResponse"].cls
+    entries, codes = _commit_entries(ctx, request)
+    if entries:
+        try:
+            results = await _coordinator(ctx).commit_transactional_offsets(
+                group_id=request.group_id, producer_id=request.producer_id,
+                producer_epoch=request.producer_epoch, generation_id=request.generation_id,
+                member_id=request.member_id, group_instance_id=request.group_instance_id,
+                entries=entries)
+        except KafkaError as exc:
+            code = _offset_commit_error(exc.code)
+            if code == ErrorCode.PRODUCER_FENCED and ctx.api_version < 2:
+                code = ErrorCode.INVALID_PRODUCER_EPOCH  # older clients know only this one
+            results = [code] * len(entries)
+        for entry, code in zip(entries, results, strict=True):
+            codes[(entry.topic, entry.partition)] = code
+    return Response(topics=[Response.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+        Response.TxnOffsetCommitResponsePartition(
+            partition_index=p.partition_index,
+            error_code=int(codes[(t.name, p.partition_index)]))
+        for p in t.partitions]) for t in request.topics])
+
+
+async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["OffsetFetchResponse"].cls
+    coordinator = _coordinator(ctx)
+    require_stable = bool(request.require_stable)
+    if ctx.api_version >= 8:
+        groups = []
+        for g in request.groups:
+            wanted = (None if g.topics is None else
+                      [(t.name, p) for t in g.topics for p in t.partition_indexes])
+            error, fetched = _fetch(coordinator, g.group_id, wanted, require_stable)
+            groups.append(Response.OffsetFetchResponseGroup(
+                group_id=g.group_id, error_code=int(error),
+                topics=_by_topic(fetched, Response.OffsetFetchResponseTopics,
+                                 Response.OffsetFetchResponsePartitions)))
+        return Response(groups=groups)
+    wanted = (None if request.topics is None else
+              [(t.name, p) for t in request.topics for p in t.partition_indexes])
+    error, fetched = _fetch(coordinator, request.group_id, wanted, require_stable)
+    if error != ErrorCode.NONE and ctx.api_version < 2:
+        # v1 has no top-level error: every requested partition carries it.
+        fetched = [FetchedOffset(t, p, -1, -1, "", int(error)) for t, p in wanted or []]
+    return Response(error_code=int(error), topics=_by_topic(
+        fetched, Response.OffsetFetchResponseTopic, Response.OffsetFetchResponsePartition))
+
+
+def _fetch(coordinator: GroupCoordinator, group_id: str,
+           wanted: list[tuple[str, int]] | None, require_stable: bool
+           ) -> tuple[ErrorCode, list[FetchedOffset]]:
+    try:
+        return ErrorCode.NONE, coordinator.fetch_offsets(group_id, wanted, require_stable)
+    except KafkaError as exc:
+        return exc.code, []
+
+
+def _by_topic(fetched: list[FetchedOffset], topic_cls: Any, partition_cls: Any) -> list[Any]:
+    topics: dict[str, list[Any]] = {}
+    for f in fetched:
+        topics.setdefault(f.topic, []).append(partition_cls(
+            partition_index=f.partition, committed_offset=f.offset,
+            committed_leader_epoch=f.leader_epoch, metadata=f.metadata, error_code=f.error))
+    return [topic_cls(name=name, partitions=parts) for name, parts in topics.items()]
+
+
+async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["OffsetDeleteResponse"].cls
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    try:
+        errors = await _coordinator(ctx).delete_offsets(request.group_id, wanted)
+    except KafkaError as exc:
+        return Response(error_code=int(exc.code), topics=[])
+    codes = dict(zip(wanted, errors, strict=True))
+    return Response(error_code=0, topics=[Response.OffsetDeleteResponseTopic(
+        name=t.name, partitions=[Response.OffsetDeleteResponsePartition(
+            partition_index=p.partition_index,
+            error_code=int(codes[(t.name, p.partition_index)])) for p in t.partitions])
+        for t in request.topics])
+
+
+# -- ListGroups, DescribeGroups, DeleteGroups -------------------------------------------------
+
+async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["ListGroupsResponse"].cls
+    error, groups = _coordinator(ctx).list_groups(set(request.states_filter or []),
+                                                  set(request.types_filter or []))
+    return Response(error_code=int(error), groups=[Response.ListedGroup(
+        group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
+        group_type=g.group_type) for g in groups])
+
+
+async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["DescribeGroupsResponse"].cls
+    coordinator = _coordinator(ctx)
+    operations = (_GROUP_OPERATIONS if request.include_authorized_operations
+                  else _OPERATIONS_NOT_REQUESTED)
+    described = []
+    for group_id in request.groups:
+        d = coordinator.describe_group(group_id)
+        described.append(Response.DescribedGroup(
+            error_code=d.error, group_id=group_id, group_state=d.state,
+            protocol_type=d.protocol_type, protocol_data=d.protocol_data,
+            authorized_operations=operations,
+            members=[Response.DescribedGroupMember(
+                member_id=m.member_id, group_instance_id=m.group_instance_id,
+                client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
+                member_assignment=m.assignment) for m in d.members]))
+    return Response(groups=described)
+
+
+async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["DeleteGroupsResponse"].cls
+    coordinator = _coordinator(ctx)
+    results = []
+    for group_id in request.groups_names:
+        try:
+            code = await coordinator.delete_group(group_id)
+        except KafkaError as exc:
+            code = exc.code
+        results.append(Response.DeletableGroupResult(group_id=group_id, error_code=int(code)))
+    return Response(results=results)
