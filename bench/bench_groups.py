@@ -48,38 +48,45 @@ HEARTBEAT_INTERVAL_MS = 100
 TXN_MESSAGES = 500_000
 PRODUCE_ROUNDS = 3  # the cases run in turn, this many times; the median is reported
 TXN_VALUE_BYTES = 1024
-BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
+BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": "0",
+                    "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_INTERVAL_MS)}
+PROTOCOLS = ("classic", "consumer")  # the classic protocol and KIP-848's
 
 
 # -- rebalance -------------------------------------------------------------------------------
 
 
 class Member:
-    """One confluent-kafka consumer polling in its own thread; records its latest assignment."""
+    """One confluent-kafka consumer polling in its own thread; tracks what it owns."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, name: str) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, protocol: str) -> None:
         self.name = name
-        self.assignment: frozenset[int] = frozenset()
+        self.assignment: set[int] = set()
         self.assigned_at = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
-            "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS, "session.timeout.ms": 10_000,
-            "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        })
+        config = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "group.protocol": protocol}
+        if protocol == "classic":  # KIP-848 members take these from the broker
+            config |= {"heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
+                       "session.timeout.ms": 10_000}
+        self._consumer = Consumer(config)
         self._consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self._thread = threading.Thread(target=self._poll, name=name, daemon=True)
         self._thread.start()
 
+    # Eager rebalances revoke everything, then assign the new set; cooperative and KIP-848
+    # ones pass only what changes. Set arithmetic follows both.
     def _on_assign(self, _consumer: Consumer, partitions: list) -> None:
         with self._lock:
-            self.assignment = frozenset(p.partition for p in partitions)
+            self.assignment |= {p.partition for p in partitions}
             self.assigned_at = time.monotonic()
 
-    def _on_revoke(self, _consumer: Consumer, _partitions: list) -> None:
+    def _on_revoke(self, _consumer: Consumer, partitions: list) -> None:
         with self._lock:
-            self.assignment = frozenset()
+            self.assignment -= {p.partition for p in partitions}
+            self.assigned_at = time.monotonic()
 
     def _poll(self) -> None:
         while not self._stop.is_set():
@@ -88,7 +95,7 @@ class Member:
 
     def snapshot(self) -> tuple[frozenset[int], float]:
         with self._lock:
-            return self.assignment, self.assigned_at
+            return frozenset(self.assignment), self.assigned_at
 
     def close(self) -> None:
         self._stop.set()
@@ -96,14 +103,15 @@ class Member:
 
 
 def wait_balanced(members: list[Member], since: float) -> float:
-    """Seconds from `since` until every member holds an assignment given after `since` and
-    together they cover every partition exactly once."""
+    """Seconds from `since` until every member holds partitions and together they own each
+    partition exactly once: the time of the last assignment change that got them there."""
     deadline = since + REBALANCE_TIMEOUT_S
     while time.monotonic() < deadline:
         snapshots = [m.snapshot() for m in members]
         owned = [p for assignment, _ in snapshots for p in assignment]
-        fresh = all(at >= since and assignment for assignment, at in snapshots)
-        if fresh and sorted(owned) == list(range(PARTITIONS)):
+        changed = any(at >= since for _, at in snapshots)
+        every_member_owns = all(assignment for assignment, _ in snapshots)
+        if changed and every_member_owns and sorted(owned) == list(range(PARTITIONS)):
             return max(at for _, at in snapshots) - since
         time.sleep(0.005)
     raise TimeoutError(f"group did not balance within {REBALANCE_TIMEOUT_S}s")
@@ -116,25 +124,26 @@ class RebalanceTimes:
     join_s: list[float] = field(default_factory=list)
 
 
-def run_rebalances(broker: BenchBroker) -> RebalanceTimes:
+def run_rebalances(broker: BenchBroker, protocol: str) -> RebalanceTimes:
     times = RebalanceTimes()
-    topic = "bench-rebalance"
+    topic = f"bench-rebalance-{protocol}"
     create_topic(broker.bootstrap, topic, PARTITIONS)
     for round_no in range(ROUNDS):
-        group = f"bench-group-{round_no}"
+        group = f"bench-{protocol}-{round_no}"
         started = time.monotonic()
-        members = [Member(broker.bootstrap, group, topic, f"m{i}") for i in range(MEMBERS)]
+        members = [Member(broker.bootstrap, group, topic, f"m{i}", protocol)
+                   for i in range(MEMBERS)]
         times.form_s.append(wait_balanced(members, started))
         leaving = members.pop()
         left = time.monotonic()
         leaving.close()
         times.leave_s.append(wait_balanced(members, left))
         joined = time.monotonic()
-        members.append(Member(broker.bootstrap, group, topic, f"m{MEMBERS}"))
+        members.append(Member(broker.bootstrap, group, topic, f"m{MEMBERS}", protocol))
         times.join_s.append(wait_balanced(members, joined))
         for member in members:
             member.close()
-        print(f"round {round_no}: form {times.form_s[-1]:.2f} s, leave {times.leave_s[-1]:.2f} s,"
+        print(f"{protocol} round {round_no}: form {times.form_s[-1]:.2f} s, leave {times.leave_s[-1]:.2f} s,"
               f" join {times.join_s[-1]:.2f} s", flush=True)
     return times
 
@@ -229,7 +238,7 @@ def _ms(values: list[float]) -> str:
             f"max {max(values) * 1000:,.0f})")
 
 
-def render(times: RebalanceTimes, runs: list[ProduceRun], load: str) -> str:
+def render(times: dict[str, RebalanceTimes], runs: list[ProduceRun], load: str) -> str:
     base = runs[0].mb_per_s
     lines = [
         SECTION_TITLE,
@@ -237,16 +246,20 @@ def render(times: RebalanceTimes, runs: list[ProduceRun], load: str) -> str:
         f"`python bench/bench_groups.py`, {time.strftime('%Y-%m-%d')}, confluent-kafka "
         f"{_client_version()}, one broker on loopback, 2-core VM, load average before: {load}.",
         "",
-        f"**Rebalance of {MEMBERS} members** ({PARTITIONS} partitions, librdkafka's default "
-        f"range/roundrobin eager assignors, heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}, "
-        f"group.initial.rebalance.delay.ms=0; median of {ROUNDS} rounds, time until every member "
-        "holds its new assignment):",
+        f"**Rebalance of {MEMBERS} members** ({PARTITIONS} partitions; classic protocol with "
+        f"librdkafka's default range/roundrobin eager assignors; KIP-848 `group.protocol=consumer`"
+        f" with the broker's uniform assignor; heartbeat interval {HEARTBEAT_INTERVAL_MS} ms in "
+        f"both, group.initial.rebalance.delay.ms=0; median (min, max) of {ROUNDS} rounds, time "
+        "until every member holds its new assignment):",
         "",
-        "| membership change | rebalance time |",
-        "|---|---:|",
-        f"| {MEMBERS} consumers subscribe at once | {_ms(times.form_s)} |",
-        f"| one of {MEMBERS} closes (LeaveGroup) | {_ms(times.leave_s)} |",
-        f"| one joins a group of {MEMBERS - 1} | {_ms(times.join_s)} |",
+        "| membership change | " + " | ".join(PROTOCOLS) + " |",
+        "|---|" + "---:|" * len(PROTOCOLS),
+        f"| {MEMBERS} consumers subscribe at once | "
+        + " | ".join(_ms(times[p].form_s) for p in PROTOCOLS) + " |",
+        f"| one of {MEMBERS} closes | "
+        + " | ".join(_ms(times[p].leave_s) for p in PROTOCOLS) + " |",
+        f"| one joins a group of {MEMBERS - 1} | "
+        + " | ".join(_ms(times[p].join_s) for p in PROTOCOLS) + " |",
         "",
         f"**Produce with and without transactions** ({TXN_MESSAGES:,} messages of "
         f"{TXN_VALUE_BYTES} B to 6 partitions, acks=all, linger.ms=5; median of "
@@ -265,7 +278,7 @@ def main() -> None:
     args = parser.parse_args()
     load = _load_average()
     with running_broker(overrides=BROKER_OVERRIDES) as broker:
-        times = run_rebalances(broker)
+        times = {protocol: run_rebalances(broker, protocol) for protocol in PROTOCOLS}
         runs = run_produce_cases(broker)
         if "Traceback" in broker.log():
             print(f"broker logged a traceback:\n{broker.log()}", file=sys.stderr)
