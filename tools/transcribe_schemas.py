@@ -36,7 +36,7 @@ STANDARD_APIS: tuple[str, ...] = (
     "AlterPartitionReassignments", "ListPartitionReassignments", "ElectLeaders",
     "BrokerRegistration", "BrokerHeartbeat", "AlterPartition", "Vote", "BeginQuorumEpoch",
     "EndQuorumEpoch", "FetchSnapshot", "DescribeQuorum", "AllocateProducerIds", "UnregisterBroker",
-    "DescribeTopicPartitions",
+    "DescribeTopicPartitions", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
 )
 
 # Lowest version Apache Kafka 4.0 still serves (KIP-896); absent means the full range.

@@ -68,6 +68,8 @@ class ApiKey(IntEnum):
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     ALLOCATE_PRODUCER_IDS = 67
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
     DESCRIBE_TOPIC_PARTITIONS = 75
     # The proposals' keys (DESIGN.md §4). 76/77 clash with Kafka 4.x's share-group APIs.
     CREATE_CHUNKS = 76

@@ -117,6 +117,8 @@ class ReplicaManager:
             if plog is None:
                 plog = self.log_manager.create_log(topic.name, part.partition_id, topic.topic_id,
                                                    self.log_config_for(topic.name, None))
+            else:  # loaded at start-up with the broker's defaults: the topic's configs apply
+                plog.update_config(self.log_config_for(topic.name, None))
             plog.high_watermark = max(plog.high_watermark, plog.log_end_offset)
             hosted = Partition(topic.name, part.partition_id, topic.topic_id, plog,
                                part.leader_epoch, part.leader == self.node_id)

@@ -87,16 +87,15 @@ class Broker:
         self.log_dir_failures = LogDirFailureChannel(self)
         self.replica_manager.on_storage_error = (
             lambda plog, exc: self.log_dir_failures.report(plog.dir.parent, exc))
-        self.replica_mover = ReplicaMover(
-            self.log_manager, self.replica_manager, self.run_blocking, self._remove_dir_later,
-            log_dirs.throttled_rate(self), config.num_replica_move_threads,
-            self.log_dir_failures.report)
         # Compaction of cleanup.policy=compact logs (storage/log_cleaner.py, docs/compaction.md).
         self.log_cleaner = LogCleaner(
             self.log_manager, CleanerConfig.from_values(config.values),
-            run_blocking=self.run_blocking,
-            is_paused=lambda tp: tp in self.replica_mover.moves  # no cleaning while copying
-            and not self.replica_mover.moves[tp].done.is_set())
+            run_blocking=self.run_blocking)
+        # A move pauses the cleaning of its partition itself while it copies.
+        self.replica_mover = ReplicaMover(
+            self.log_manager, self.replica_manager, self.run_blocking, self._remove_dir_later,
+            log_dirs.throttled_rate(self), config.num_replica_move_threads,
+            self.log_dir_failures.report, log_cleaner=self.log_cleaner)
         self.fetch_sessions = FetchSessionCache()
         self.dispatcher = RequestDispatcher(self)
         self.socket_server = SocketServer(self.dispatcher.handle_frame,
@@ -148,6 +147,8 @@ class Broker:
             ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
             ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
             ApiKey.TXN_OFFSET_COMMIT: groups.handle_txn_offset_commit,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.handle_consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
         }
         for key, handler in handlers.items():
             self.dispatcher.register(key, handler)

@@ -4,15 +4,19 @@ FindCoordinator (10, v1-v6; batched coordinator_keys from v4; key type 0 groups,
 ids), JoinGroup (11, v2-v9; MEMBER_ID_REQUIRED from v4, static members from v5, protocol type
 in the answer from v7, SkipAssignment v9), SyncGroup (14, v0-v5; protocol checks v5),
 Heartbeat (12, v0-v4), LeaveGroup (13, v0-v5; batched members from v3), OffsetCommit (8, v2-v9),
-OffsetFetch (9, v1-v9; several groups from v8), OffsetDelete (47, v0), ListGroups (16, v0-v5;
-state filter v4, type filter v5), DescribeGroups (15, v0-v5), DeleteGroups (42, v1-v2) and
-TxnOffsetCommit (28, v0-v4). The GroupCoordinator decides; these handlers translate the wire.
+OffsetFetch (9, v1-v9; several groups from v8, member epochs v9), OffsetDelete (47, v0),
+ListGroups (16, v0-v5; state filter v4, type filter v5), DescribeGroups (15, v0-v5), DeleteGroups
+(42, v1-v2), TxnOffsetCommit (28, v0-v4), and KIP-848's ConsumerGroupHeartbeat (68, v0-v1; the
+member id comes from the client from v1, from us when empty; topic regex v1) and
+ConsumerGroupDescribe (69, v0). The GroupCoordinator decides; these handlers translate the wire.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kafka_ext.coordinator.group.assignors import Assignment
+from kafka_ext.coordinator.group.consumer_group_manager import HeartbeatRequest
 from kafka_ext.coordinator.group.coordinator import (
     FetchedOffset,
     GroupCoordinator,
@@ -243,7 +247,9 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
         for g in request.groups:
             wanted = (None if g.topics is None else
                       [(t.name, p) for t in g.topics for p in t.partition_indexes])
-            error, fetched = _fetch(coordinator, g.group_id, wanted, require_stable)
+            error, fetched = _fetch(coordinator, g.group_id, wanted, require_stable,
+                                    g.member_id if ctx.api_version >= 9 else None,
+                                    g.member_epoch if ctx.api_version >= 9 else -1)
             groups.append(Response.OffsetFetchResponseGroup(
                 group_id=g.group_id, error_code=int(error),
                 topics=_by_topic(fetched, Response.OffsetFetchResponseTopics,
@@ -260,10 +266,13 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 def _fetch(coordinator: GroupCoordinator, group_id: str,
-           wanted: list[tuple[str, int]] | None, require_stable: bool
+           wanted: list[tuple[str, int]] | None, require_stable: bool,
+           member_id: str | None = None, member_epoch: int = -1
            ) -> tuple[ErrorCode, list[FetchedOffset]]:
     try:
-        return ErrorCode.NONE, coordinator.fetch_offsets(group_id, wanted, require_stable)
+        return ErrorCode.NONE, coordinator.fetch_offsets(group_id, wanted, require_stable,
+                                                         member_id=member_id,
+                                                         member_epoch=member_epoch)
     except KafkaError as exc:
         return exc.code, []
 
@@ -333,3 +342,78 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
             code = exc.code
         results.append(Response.DeletableGroupResult(group_id=group_id, error_code=int(code)))
     return Response(results=results)
+
+
+# -- KIP-848: ConsumerGroupHeartbeat, ConsumerGroupDescribe ------------------------------------
+
+def _owned(request: Any) -> Assignment | None:
+    if request.topic_partitions is None:
+        return None
+    return {tp.topic_id: frozenset(tp.partitions) for tp in request.topic_partitions}
+
+
+async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["ConsumerGroupHeartbeatResponse"].cls
+    regex = request.subscribed_topic_regex if ctx.api_version >= 1 else None
+    heartbeat = HeartbeatRequest(
+        group_id=request.group_id, member_id=request.member_id,
+        member_epoch=request.member_epoch, instance_id=request.instance_id,
+        rack_id=request.rack_id, rebalance_timeout_ms=request.rebalance_timeout_ms,
+        subscribed_topic_names=(None if request.subscribed_topic_names is None
+                                else list(request.subscribed_topic_names)),
+        subscribed_topic_regex=regex, server_assignor=request.server_assignor,
+        owned=_owned(request), client_id=ctx.client_id or "", client_host=_client_host(ctx))
+    try:
+        result = await _coordinator(ctx).consumer_group_heartbeat(heartbeat)
+    except KafkaError as exc:
+        return Response(error_code=int(exc.code), error_message=exc.message,
+                        member_id=request.member_id or None, member_epoch=-1,
+                        heartbeat_interval_ms=0)
+    assignment = None
+    if result.assignment is not None:
+        assignment = Response.Assignment(topic_partitions=[
+            Response.TopicPartitions(topic_id=topic_id, partitions=sorted(partitions))
+            for topic_id, partitions in sorted(result.assignment.items(),
+                                               key=lambda item: str(item[0]))])
+    return Response(error_code=0, member_id=result.member_id, member_epoch=result.member_epoch,
+                    heartbeat_interval_ms=result.heartbeat_interval_ms, assignment=assignment)
+
+
+async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["ConsumerGroupDescribeResponse"].cls
+    coordinator = _coordinator(ctx)
+    topics_by_id = ctx.broker.controller.image.topics_by_id
+    operations = (_GROUP_OPERATIONS if request.include_authorized_operations
+                  else _OPERATIONS_NOT_REQUESTED)
+
+    def assignment(parts: Assignment) -> Any:
+        return Response.Assignment(topic_partitions=[
+            Response.TopicPartitions(
+                topic_id=topic_id, partitions=sorted(ps),
+                topic_name=topics_by_id[topic_id].name if topic_id in topics_by_id else "")
+            for topic_id, ps in sorted(parts.items(), key=lambda item: str(item[0]))])
+
+    groups = []
+    for group_id in request.group_ids:
+        try:
+            group = coordinator.consumer_group_describe(group_id)
+        except KafkaError as exc:
+            groups.append(Response.DescribedGroup(
+                error_code=int(exc.code), error_message=exc.message, group_id=group_id,
+                group_state="Dead", group_epoch=-1, assignment_epoch=-1, assignor_name="",
+                members=[], authorized_operations=operations))
+            continue
+        groups.append(Response.DescribedGroup(
+            error_code=0, group_id=group_id, group_state=group.state.value,
+            group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
+            assignor_name=coordinator.consumer_groups.assignor_name(group.members.values()),
+            authorized_operations=operations,
+            members=[Response.Member(
+                member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+                member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
+                subscribed_topic_names=list(m.subscribed_topic_names),
+                subscribed_topic_regex=m.subscribed_topic_regex,
+                assignment=assignment(m.assigned),
+                target_assignment=assignment(group.target.get(m.member_id, {})))
+                for m in group.members.values()]))
+    return Response(groups=groups)

@@ -6,6 +6,8 @@ appended whole (never decoded). Idempotent batches are checked against the parti
 state: a duplicate is answered with its original base offset and no error; sequence gaps, old
 epochs and plain batches inside a transaction get Kafka's errors. Transactional batches need
 the request's transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise, as Kafka).
+Internal topics (`__consumer_offsets`, `__transaction_state`) belong to their coordinators: a
+client's batch for one fails with INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager answers.
 acks=0 gets no response; if anything failed, the connection is closed instead, so the
 producer notices, as Kafka does. With one replica per partition, acks=1
 and acks=-1 are both satisfied once the batch is in the log.
@@ -21,6 +23,7 @@ from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.record_batch import ATTRIBUTES_POS, TRANSACTIONAL_FLAG
 from kafka_ext.server.dispatcher import RequestContext
+from kafka_ext.server.metadata import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         partitions = []
         for data in topic_data.partition_data:
             try:
+                if topic_data.name in INTERNAL_TOPICS:
+                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                     f"Cannot append to internal topic {topic_data.name}")
                 info = replicas.append_records(topic_data.name, data.index, data.records)
             except KafkaError as exc:
                 failed = True

@@ -880,6 +880,9 @@ class UnifiedLog:
         self._recovery_point = min(self._recovery_point, leo)
         self._epoch_cache.truncate_from_end(leo)
         self._load_producer_state()  # drops snapshots and aborted txns past the new end
+        # Replayed transactions whose markers are below the high watermark are stable again;
+        # otherwise the last stable offset would fall back to their first offsets.
+        self.producer_state.on_high_watermark_updated(self._high_watermark)
 
     # -- durability
 
@@ -936,6 +939,8 @@ class UnifiedLog:
                 os.close(fd)
         self._epoch_cache.flush()
         self._txn_indexes.flush()
+        # Snapshots written on roll become durable before the recovery point passes them.
+        self.producer_state.flush_snapshots(target)
         with self._segment_files_lock:
             # A truncation while we synced may have moved the end below target.
             self._recovery_point = max(self._recovery_point, min(target, self._log_end_offset))
@@ -962,6 +967,9 @@ class UnifiedLog:
                     self._files_to_remove.append(txn_index)
             replacement = open_replacement()
         self._set_segments(segments[:start] + [replacement] + segments[end:])
+        # The merged-away segments' snapshots go with them; the replacement's base keeps its own.
+        self.producer_state.delete_snapshots_in(replacement.base_offset + 1,
+                                                segments[end].base_offset)
         return replacement
 
     def take_deleted_files(self) -> list[Path]:
@@ -970,14 +978,18 @@ class UnifiedLog:
         files, self._files_to_remove = self._files_to_remove, []
         return files
 
-    def close(self) -> None:
-        """Close every segment (the caller flushed first if it wanted durability)."""
+    def close(self, *, sync_snapshot: bool = False) -> None:
+        """Close every segment (the caller flushed first if it wanted durability), writing a
+        producer snapshot at the end; sync_snapshot fsyncs it (clean shutdown, off the loop).
+        Without it nothing is fsynced, so detaching a log on the loop (topic deletion, a failed
+        dir, a replica move's swap) never waits for the disk."""
         with self._segment_files_lock:
             if not self._closed:
                 # The clean-shutdown snapshot: the next open loads it and scans nothing.
                 try:
-                    self.producer_state.take_snapshot(self._log_end_offset, sync=True)
-                    self._txn_indexes.flush()
+                    self.producer_state.take_snapshot(self._log_end_offset, sync=sync_snapshot)
+                    if sync_snapshot:
+                        self._txn_indexes.flush()
                 except OSError as exc:  # e.g. a failed log dir: the next open rebuilds
                     logger.warning("no producer snapshot for %s: %s", self.dir, exc)
             self._closed = True

@@ -768,12 +768,10 @@ class LogCleaner:
 
     def __init__(self, log_manager: LogManager, config: CleanerConfig, *,
                  run_blocking: RunBlocking,
-                 clock_ms: Callable[[], int] | None = None,
-                 is_paused: Callable[[TopicPartition], bool] | None = None) -> None:
-        """is_paused(tp) True keeps a log out of cleaning for a while (a replica move copying
-        its segments, as Kafka's abortAndPauseCleaning); a cleaning in flight then never swaps."""
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        """Other components keep a log out of cleaning with abort_and_pause/resume (a replica
+        move copying its segments, as Kafka's abortAndPauseCleaning)."""
         self.log_manager = log_manager
-        self._is_paused_elsewhere = is_paused
         self.config = config
         self._run_blocking = run_blocking
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
@@ -781,7 +779,8 @@ class LogCleaner:
         # Earliest delete horizon a cleaning left in each log: once passed, the log is cleaned
         # again even without dirty bytes, to drop its expired tombstones (KIP-534).
         self._delete_horizons: dict[TopicPartition, int] = {}
-        self._paused: set[TopicPartition] = set()
+        # Pauses per log, counted as Kafka's LogCleaningPaused(n): each pauser resumes once.
+        self._paused: dict[TopicPartition, int] = {}
         self._uncleanable: dict[TopicPartition, str] = {}  # logs a corrupt batch stopped
         self._cleaning: TopicPartition | None = None
         self.last_stats: list[CleanerStats] = []
@@ -789,15 +788,22 @@ class LogCleaner:
     # -- control by other components
 
     def abort_and_pause(self, topic: str, partition: int) -> None:
-        """Stop cleaning a log (a replica move, a truncation): a cleaning in flight never swaps."""
-        self._paused.add((topic, partition))
+        """Stop cleaning a log (a replica move, a truncation): a cleaning in flight never swaps.
+        Pauses nest: the log is cleaned again once every pauser has called `resume`."""
+        tp = (topic, partition)
+        self._paused[tp] = self._paused.get(tp, 0) + 1
 
     def resume(self, topic: str, partition: int) -> None:
-        self._paused.discard((topic, partition))
+        """Undo one `abort_and_pause`."""
+        tp = (topic, partition)
+        count = self._paused.get(tp, 0)
+        if count <= 1:
+            self._paused.pop(tp, None)
+        else:
+            self._paused[tp] = count - 1
 
     def is_paused(self, tp: TopicPartition) -> bool:
-        return tp in self._paused or (
-            self._is_paused_elsewhere is not None and self._is_paused_elsewhere(tp))
+        return tp in self._paused
 
     @property
     def uncleanable_partitions(self) -> dict[TopicPartition, str]:
@@ -953,7 +959,7 @@ class LogCleaner:
             self._uncleanable[tp] = str(exc)
             return None
         except OSError as exc:
-            logger.warning("cleaning of %s-%d stopped: %s", *tp, exc)
+            self._on_io_error(log, exc)
             return None
         finally:
             self._cleaning = None
@@ -967,6 +973,18 @@ class LogCleaner:
             stats.records_retained, stats.records_read, time.monotonic() - started,
             " (aborted: the log changed)" if stats.aborted else "")
         return stats
+
+    def _on_io_error(self, log: UnifiedLog, exc: OSError) -> None:
+        """KIP-112, as Kafka's cleaner: an I/O error on a log still served takes its dir offline
+        (a swap may be half done); one whose log was deleted or moved meanwhile is only logged."""
+        tp = (log.topic, log.partition)
+        log_dir = self.log_manager.log_dir_of(*tp)
+        listener = self.log_manager.failure_listener
+        if log_dir is None or self.log_manager.get_log(*tp) is not log or listener is None:
+            logger.warning("cleaning of %s-%d stopped: %s", *tp, exc)
+            return
+        logger.error("cleaning of %s-%d failed on %s: %s", *tp, log_dir, exc)
+        listener(log_dir, exc)
 
     def _start(self, log: UnifiedLog, candidate: LogToClean, now_ms: int) -> _Cleaning | None:
         """Snapshot what to clean and open its files, on the loop."""

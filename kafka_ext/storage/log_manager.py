@@ -370,7 +370,7 @@ class LogManager:
         """Flush and close every log, write all checkpoints, then the clean-shutdown markers. Blocks."""
         for log in self._logs.values():
             log.flush()
-            log.close()
+            log.close(sync_snapshot=True)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()

@@ -7,7 +7,8 @@ layout (ProducerSnapshot v1: version, CRC-32C, entries); recovery loads the newe
 snapshot and replays the batch headers after it (`rebuild_producer_state`).
 
 Concurrency: not thread-safe; the partition's owner calls it on the event loop. Snapshot
-writes and deletions touch small files and may block briefly.
+writes and deletions touch small files and may block briefly; `flush_snapshots` (the fsync of
+snapshots written on roll) runs in the log's flush thread.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import enum
 import logging
 import os
 import struct
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from kafka_ext.protocol.records import (
     decode_end_txn_marker,
     decode_records,
 )
+from kafka_ext.storage.checkpoints import fsync_dir
 
 if TYPE_CHECKING:
     from kafka_ext.storage.segment import LogSegment
@@ -164,7 +167,8 @@ class ProducerStateManager:
     marker, so the last stable offset never moves past what followers have.
     """
 
-    __slots__ = ("dir", "_producers", "_ongoing", "_unreplicated", "_snapshot_offsets")
+    __slots__ = ("dir", "_producers", "_ongoing", "_unreplicated", "_snapshot_offsets",
+                 "_unflushed_snapshots", "_flush_lock")
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
@@ -172,6 +176,10 @@ class ProducerStateManager:
         self._ongoing: dict[int, int] = {}  # first offset -> producer id
         self._unreplicated: dict[int, int] = {}  # first offset -> marker offset
         self._snapshot_offsets: list[int] = sorted(_list_snapshots(directory))
+        # Snapshots written without fsync (on roll), until the log's flush passes them; the
+        # flush thread takes them under _flush_lock.
+        self._unflushed_snapshots: set[int] = set()
+        self._flush_lock = threading.Lock()
 
     # -- reading
 
@@ -341,7 +349,9 @@ class ProducerStateManager:
 
     def take_snapshot(self, offset: int, *, sync: bool = False) -> Path:
         """Write the state as of offset (every batch below it applied) to `<offset>.snapshot`;
-        atomic through a temp file; with sync also fsynced (clean shutdown)."""
+        atomic through a temp file; with sync also fsynced with its dir (clean shutdown),
+        otherwise `flush_snapshots` syncs it once the log's flush passes offset (as Kafka
+        flushes a roll's snapshot with the segments before the recovery point moves)."""
         path = self.snapshot_path(offset)
         data = encode_snapshot(self._producers.values())
         tmp = path.with_name(path.name + ".tmp")
@@ -353,10 +363,50 @@ class ProducerStateManager:
         finally:
             os.close(fd)
         os.replace(tmp, path)
+        with self._flush_lock:
+            if sync:
+                self._unflushed_snapshots.discard(offset)
+            else:
+                self._unflushed_snapshots.add(offset)
+        if sync:
+            fsync_dir(self.dir)
         if offset not in self._snapshot_offsets:
             self._snapshot_offsets.append(offset)
             self._snapshot_offsets.sort()
         return path
+
+    @property
+    def unflushed_snapshot_offsets(self) -> list[int]:
+        """Offsets of snapshots written but not yet fsynced, ascending."""
+        with self._flush_lock:
+            return sorted(self._unflushed_snapshots)
+
+    def flush_snapshots(self, up_to_offset: int) -> None:
+        """fsync the unflushed snapshots at or below up_to_offset and their dir (blocks; the
+        log's flush thread). One deleted meanwhile is skipped; on an error they all stay due."""
+        with self._flush_lock:
+            due = sorted(o for o in self._unflushed_snapshots if o <= up_to_offset)
+            self._unflushed_snapshots.difference_update(due)
+        if not due:
+            return
+        try:
+            for offset in due:
+                try:
+                    fd = os.open(self.snapshot_path(offset), os.O_RDONLY)
+                except FileNotFoundError:
+                    continue  # deleted (retention, cleaning, truncation): nothing to keep
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            try:
+                fsync_dir(self.dir)  # the renames that put them in place
+            except FileNotFoundError:
+                pass  # the log's dir was renamed away meanwhile (deleted or moved)
+        except OSError:
+            with self._flush_lock:
+                self._unflushed_snapshots.update(due)  # the next flush tries them again
+            raise
 
     def load_snapshot(self, max_offset: int) -> int:
         """Replace the state with the newest readable snapshot at or below max_offset; returns
@@ -389,12 +439,21 @@ class ProducerStateManager:
             if offset < low_offset or offset > high_offset:
                 self._remove_snapshot(offset)
 
+    def delete_snapshots_in(self, from_offset: int, to_offset: int) -> None:
+        """Delete snapshots at offsets in [from_offset, to_offset): those of segments the
+        cleaner merged away (Kafka deletes a replaced segment's snapshot with it)."""
+        for offset in list(self._snapshot_offsets):
+            if from_offset <= offset < to_offset:
+                self._remove_snapshot(offset)
+
     def delete_all_snapshots(self) -> None:
         for offset in list(self._snapshot_offsets):
             self._remove_snapshot(offset)
 
     def _remove_snapshot(self, offset: int) -> None:
         self._snapshot_offsets.remove(offset)
+        with self._flush_lock:
+            self._unflushed_snapshots.discard(offset)
         self.snapshot_path(offset).unlink(missing_ok=True)
 
 

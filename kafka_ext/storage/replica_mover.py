@@ -9,6 +9,9 @@ once); at most `num.replica.move.threads` moves copy at a time. Once the copy ha
 swap runs without yielding to the event loop — the loop is the partition's lock: no produce,
 fetch or retention interleaves — so it copies the last few batches, renames the source to
 `<topic>-<partition>.<uuid>-delete`, renames the `.move` dir into place and reopens it there.
+While a move copies, the LogCleaner leaves the partition alone (abort_and_pause, resumed when the
+move ends, as Kafka's ReplicaAlterLogDirsThread does): a cleaning swap would replace segments
+the copy is reading file by file.
 Everything here runs on the event loop except the blocking work it hands to `run_blocking`.
 """
 
@@ -25,11 +28,14 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.storage.log import UnifiedLog
 from kafka_ext.storage.log_manager import DELETE_DIR_SUFFIX, MOVE_DIR_SUFFIX, LogManager
+
+if TYPE_CHECKING:
+    from kafka_ext.storage.log_cleaner import LogCleaner
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,6 +99,7 @@ class ReplicaMove:
     future_log: UnifiedLog | None = None
     cancelled: bool = False
     keep_files: bool = False  # stop without removing `.move` (shutdown, failed dir)
+    cleaning_paused: bool = False  # this move holds one LogCleaner pause of the partition
     swap_ms: float = 0.0  # how long the swap kept the event loop (the partition's lock)
     task: asyncio.Task[None] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -114,8 +121,10 @@ class ReplicaMover:
                  run_blocking: Callable[[Callable[[], T]], Awaitable[T]],
                  remove_dir: Callable[[Path], None], rate_bytes_per_s: Callable[[], int],
                  max_concurrent_moves: int,
-                 on_dir_failure: Callable[[Path, BaseException], None]) -> None:
+                 on_dir_failure: Callable[[Path, BaseException], None],
+                 log_cleaner: LogCleaner | None = None) -> None:
         self.log_manager = log_manager
+        self.log_cleaner = log_cleaner
         self.replica_manager = replica_manager
         self.run_blocking: Callable[[Callable[[], Any]], Awaitable[Any]] = run_blocking
         self.remove_dir = remove_dir
@@ -264,6 +273,9 @@ class ReplicaMover:
                              move.dest_dir)
             self._abandon(move)
         finally:
+            if move.cleaning_paused and self.log_cleaner is not None:
+                self.log_cleaner.resume(move.topic, move.partition)
+                move.cleaning_paused = False
             move.done.set()
             if self.moves.get(move.tp) is move:
                 del self.moves[move.tp]
@@ -277,6 +289,9 @@ class ReplicaMover:
 
     async def _move(self, move: ReplicaMove) -> None:
         move.state = "copying"
+        if self.log_cleaner is not None:  # before the first segment is listed
+            self.log_cleaner.abort_and_pause(move.topic, move.partition)
+            move.cleaning_paused = True
         await self.run_blocking(lambda: _fresh_dir(move.future_dir))
         if not await self._copy_rolled_segments(move):
             return self._abandon(move)
@@ -317,7 +332,7 @@ class ReplicaMover:
         """Copy one file in throttled chunks with copy_file_range (sendfile as the fallback)."""
         try:
             src_fd = await self.run_blocking(lambda: os.open(source, os.O_RDONLY))
-        except FileNotFoundError:  # retention or the cleaner removed it: the caller moves on
+        except FileNotFoundError:  # retention removed it (cleaning is paused): move on
             return True
         try:
             dst_fd = await self.run_blocking(
@@ -329,10 +344,13 @@ class ReplicaMover:
                     chunk = min(self.throttle.chunk_bytes(), size - position)
                     if not await self.throttle.acquire(chunk, lambda: self._stopped(move)):
                         return False
-                    position += await self.run_blocking(
+                    copied = await self.run_blocking(
                         functools.partial(_copy_range, src_fd, dst_fd, position, chunk))
-                    move.copied_bytes += chunk
+                    position += copied
+                    move.copied_bytes += copied
                     self._crash_point("copy")
+                    if copied < chunk:
+                        break  # the file shrank since it was opened: all of it is copied
             finally:
                 os.close(dst_fd)
         finally:

@@ -19,6 +19,7 @@ from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.framing import SIZE, decode_response, encode_request
 from kafka_ext.protocol.messages import registry
+from kafka_ext.protocol.records import Record, build_batch
 from tests.integration.clients import create_topic, new_topic_name
 
 _reg = registry()
@@ -191,6 +192,23 @@ def test_broker_form_verifies_membership_and_write_txn_markers_ends_the_transact
     assert {(t.name, p.partition_index): p.error_code for t in marker.topics
             for p in t.partitions} == {(topic, 0): 0,
                                        ("no-such-topic", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+def test_clients_cannot_produce_to_internal_topics(broker: Any, wire: WireClient) -> None:
+    wire.coordinator_ready(new_topic_name("tx"))  # creates __transaction_state
+    topic = new_topic_name("wire-plain")
+    create_topic(broker.bootstrap, topic)
+    Request = _reg.requests[ApiKey.PRODUCE].cls
+    batch = build_batch([Record(0, 1_000, b"k", b"v")])
+    response = wire.call(ApiKey.PRODUCE, 9, acks=-1, timeout_ms=TIMEOUT_MS, topic_data=[
+        Request.TopicProduceData(name=name, partition_data=[
+            Request.PartitionProduceData(index=0, records=batch)])
+        for name in ("__transaction_state", topic)])
+    answers = {t.name: (p.error_code, p.error_message) for t in response.responses
+               for p in t.partition_responses}
+    assert answers["__transaction_state"] == (
+        ErrorCode.INVALID_TOPIC_EXCEPTION, "Cannot append to internal topic __transaction_state")
+    assert answers[topic] == (0, None)  # the other partition is appended as usual
 
 
 def test_describe_and_list_transactions_report_state_and_errors(

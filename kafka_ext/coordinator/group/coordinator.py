@@ -27,6 +27,14 @@ from kafka_ext.coordinator.group.classic_group import (
     JoinResult,
     SyncResult,
 )
+from kafka_ext.coordinator.group.consumer_group import CONSUMER_GROUP_TYPE, ConsumerGroup
+from kafka_ext.coordinator.group.consumer_group_manager import (
+    ConsumerGroupConfig,
+    ConsumerGroupManager,
+    HeartbeatRequest,
+    HeartbeatResult,
+    group_tombstones,
+)
 from kafka_ext.coordinator.group.records import (
     GroupMetadataValue,
     MemberMetadata,
@@ -71,6 +79,7 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = DEFAULT_OFFSET_METADATA_MAX_BYTES
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+    consumer: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
 
     @classmethod
     def from_broker_config(cls, config: Any) -> GroupConfig:
@@ -88,6 +97,7 @@ class GroupConfig:
                 values["offsets.retention.check.interval.ms"]),
             offset_metadata_max_bytes=int(values.get("offset.metadata.max.bytes",
                                                      DEFAULT_OFFSET_METADATA_MAX_BYTES)),
+            consumer=ConsumerGroupConfig.from_broker_config(config),
         )
 
 
@@ -164,6 +174,8 @@ class GroupCoordinator:
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
             broker, GROUP_METADATA_TOPIC, config.num_partitions, topic_configs, self._new_shard,
             replication_factor=config.replication_factor)
+        self.consumer_groups = ConsumerGroupManager(self.runtime, config.consumer,
+                                                    lambda: self.broker.controller.image)
 
     # -- lifecycle and placement -------------------------------------------------------------
 
@@ -182,6 +194,8 @@ class GroupCoordinator:
         created again under the same name starts without stale positions."""
         if old is None:
             return
+        for partition, group_id in self.consumer_groups.stale_groups():
+            self.runtime.spawn(self._refresh_consumer_group(partition, group_id))
         deleted = {topic.name for topic_id, topic in old.topics_by_id.items()
                    if topic_id not in new.topics_by_id}
         deleted.discard(GROUP_METADATA_TOPIC)
@@ -204,6 +218,13 @@ class GroupCoordinator:
             log.warning("could not remove offsets of deleted topics %s from %s-%d: %s",
                         sorted(topics), GROUP_METADATA_TOPIC, partition, exc)
 
+    async def _refresh_consumer_group(self, partition: int, group_id: str) -> None:
+        try:
+            await self.consumer_groups.refresh_metadata(partition, group_id)
+        except KafkaError as exc:
+            log.warning("could not refresh the assignment of consumer group %s: %s", group_id,
+                        exc)
+
     def partition_for(self, group_id: str) -> int:
         return self.runtime.partition_for(group_id)
 
@@ -217,6 +238,7 @@ class GroupCoordinator:
             for member in group.members.values():
                 self._schedule_heartbeat(shard.partition, group, member,
                                          member.session_timeout_ms)
+        self.consumer_groups.on_shard_loaded(shard)
         self._schedule_offset_expiration(shard.partition)
 
     def _on_shard_unloaded(self, shard: GroupCoordinatorShard) -> None:
@@ -247,6 +269,9 @@ class GroupCoordinator:
             return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
         if rebalance_timeout_ms < 0:  # JoinGroup v0 had none: the session timeout stands in
             rebalance_timeout_ms = session_timeout_ms
+        if shard.consumer_group(group_id) is not None:
+            # A KIP-848 consumer group takes no classic members (Kafka without migration).
+            return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
         group = shard.group(group_id)
         created = False
         if group is None:
@@ -714,7 +739,11 @@ class GroupCoordinator:
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[list[ErrorCode]]:
             group = shard.group(group_id)
-            if group is None:
+            consumer_group = shard.consumer_group(group_id)
+            if consumer_group is not None:
+                _validate_consumer_group_commit(consumer_group, member_id, generation_id,
+                                                api_version=api_version, transactional=False)
+            elif group is None:
                 if generation_id >= 0:
                     raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9
                                      else ErrorCode.ILLEGAL_GENERATION,
@@ -736,7 +765,11 @@ class GroupCoordinator:
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[list[ErrorCode]]:
             group = shard.group(group_id)
-            if group is None:
+            consumer_group = shard.consumer_group(group_id)
+            if consumer_group is not None:
+                _validate_consumer_group_commit(consumer_group, member_id, generation_id,
+                                                api_version=9, transactional=True)
+            elif group is None:
                 if generation_id >= 0:
                     raise KafkaError(ErrorCode.ILLEGAL_GENERATION,
                                      f"group {group_id} does not exist")
@@ -770,9 +803,14 @@ class GroupCoordinator:
                                                         coordinator_epoch, committed)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
-                      require_stable: bool) -> list[FetchedOffset]:
-        """Committed offsets of the group (all of them when `partitions` is None)."""
+                      require_stable: bool, *, member_id: str | None = None,
+                      member_epoch: int = -1) -> list[FetchedOffset]:
+        """Committed offsets of the group (all of them when `partitions` is None); a consumer
+        group member asking (OffsetFetch v9+) must be at its current epoch."""
         _, shard = self._shard(group_id)
+        consumer_group = shard.consumer_group(group_id)
+        if consumer_group is not None:
+            validate_consumer_group_fetch(consumer_group, member_id, member_epoch)
         committed = shard.committed(group_id)
         wanted: Iterable[TopicPartition] = (sorted(committed) if partitions is None
                                             else partitions)
@@ -797,10 +835,14 @@ class GroupCoordinator:
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[list[ErrorCode]]:
             group = shard.group(group_id)
-            if group is None or group.is_in(GroupState.DEAD):
-                raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} not found")
+            consumer_group = shard.consumer_group(group_id)
             subscribed: set[str] | None = set()
-            if not group.is_in(GroupState.EMPTY):
+            if consumer_group is not None:
+                subscribed = {t.name for t in consumer_group.subscription_metadata.values()} \
+                    | consumer_group.subscribed_topic_names()
+            elif group is None or group.is_in(GroupState.DEAD):
+                raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} not found")
+            elif not group.is_in(GroupState.EMPTY):
                 if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
                     raise KafkaError(ErrorCode.NON_EMPTY_GROUP,
                                      f"group {group_id} is not empty")
@@ -852,6 +894,21 @@ class GroupCoordinator:
                     records.append((group_metadata_key(group_id), None))
                 if len(records) >= MAX_RECORDS_PER_WRITE:
                     break  # the next round goes on from here: every batch stays small
+            for group_id, cg in list(shard.consumer_groups.items()):
+                if len(records) >= MAX_RECORDS_PER_WRITE:
+                    break
+                # Kafka's rule for consumer groups: counted from the commit, and only for
+                # topics the group does not subscribe to; an empty group without offsets goes.
+                subscribed = {t.name for t in cg.subscription_metadata.values()} \
+                    | cg.subscribed_topic_names()
+                committed = shard.committed(group_id)
+                expired = [tp for tp, c in committed.items()
+                           if tp[0] not in subscribed and self._retention_passed(c, now_ms)
+                           and not shard.has_pending_txn_offsets(group_id, tp)]
+                records += [(offset_commit_key(group_id, t, p), None) for t, p in expired]
+                if not cg.members and len(expired) == len(committed) \
+                        and not shard.has_pending_txn_offsets(group_id):
+                    records += group_tombstones(cg)
             records = records[:MAX_RECORDS_PER_WRITE]
             return CoordinatorResult(records, len(records))
 
@@ -865,6 +922,12 @@ class GroupCoordinator:
             log.info("expired %d offset/group record(s) in %s-%d", written,
                      GROUP_METADATA_TOPIC, partition)
         return written
+
+    def _retention_passed(self, committed: CommittedOffset, now_ms: int) -> bool:
+        value = committed.value
+        if value.expire_timestamp_ms >= 0:
+            return now_ms >= value.expire_timestamp_ms
+        return now_ms - value.commit_timestamp_ms >= self.config.offsets_retention_ms
 
     def _offset_expired(self, group: ClassicGroup, topic: str, committed: CommittedOffset,
                         now_ms: int) -> bool:
@@ -904,6 +967,14 @@ class GroupCoordinator:
                     continue
                 out.append(ListedGroup(group.group_id, group.protocol_type or "",
                                        group.state.value))
+            for cg in shard.consumer_groups.values():
+                state = cg.state.value
+                if wanted_states and state.lower() not in wanted_states:
+                    continue
+                if wanted_types and CONSUMER_GROUP_TYPE not in wanted_types:
+                    continue
+                out.append(ListedGroup(cg.group_id, CONSUMER_PROTOCOL_TYPE, state,
+                                       CONSUMER_GROUP_TYPE))
         return error, out
 
     def describe_group(self, group_id: str) -> GroupDescription:
@@ -911,6 +982,9 @@ class GroupCoordinator:
             _, shard = self._shard(group_id)
         except KafkaError as exc:
             return GroupDescription(group_id, int(exc.code))
+        if shard.consumer_group(group_id) is not None:
+            # Kafka 4: DescribeGroups describes classic groups only.
+            return GroupDescription(group_id, int(ErrorCode.GROUP_ID_NOT_FOUND))
         group = shard.group(group_id)
         if group is None:
             return GroupDescription(group_id)
@@ -930,12 +1004,18 @@ class GroupCoordinator:
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[ErrorCode]:
             group = shard.group(group_id)
+            consumer_group = shard.consumer_group(group_id)
+            records: list[tuple[bytes, bytes | None]] = [
+                (offset_commit_key(group_id, t, p), None) for t, p in shard.committed(group_id)]
+            if consumer_group is not None:
+                if consumer_group.members:
+                    raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id} is not empty")
+                return CoordinatorResult(records + group_tombstones(consumer_group),
+                                         ErrorCode.NONE)
             if group is None or group.is_in(GroupState.DEAD):
                 raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} not found")
             if not group.is_in(GroupState.EMPTY):
                 raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id} is not empty")
-            records: list[tuple[bytes, bytes | None]] = [
-                (offset_commit_key(group_id, t, p), None) for t, p in shard.committed(group_id)]
             records.append((group_metadata_key(group_id), None))
             return CoordinatorResult(records, ErrorCode.NONE)
 
@@ -943,6 +1023,24 @@ class GroupCoordinator:
             return await self.runtime.write(partition, op)
         except KafkaError as exc:
             return exc.code
+
+    # -- KIP-848 consumer groups -------------------------------------------------------------
+
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat; raises KafkaError with the response's error code."""
+        if not request.group_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+        partition, _ = self._shard(request.group_id)
+        return await self.consumer_groups.heartbeat(partition, request)
+
+    def consumer_group_describe(self, group_id: str) -> ConsumerGroup:
+        """The consumer group itself (read-only); GROUP_ID_NOT_FOUND for others."""
+        _, shard = self._shard(group_id)
+        group = shard.consumer_group(group_id)
+        if group is None:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND,
+                             f"group {group_id} is not a consumer group")
+        return group
 
     def _drop_if_unused(self, shard: GroupCoordinatorShard, group: ClassicGroup) -> None:
         """A group created by a JoinGroup that failed at once is not kept."""
@@ -1018,3 +1116,37 @@ def _validate_offset_commit(group: ClassicGroup, member_id: str, group_instance_
                          "commits without a member id need an empty group")
     if not transactional and group.is_in(GroupState.PREPARING_REBALANCE):
         raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS, f"group {group.group_id} rebalances")
+
+
+def _validate_consumer_group_commit(group: ConsumerGroup, member_id: str, member_epoch: int, *,
+                                    api_version: int, transactional: bool) -> None:
+    """Kafka's ConsumerGroup.validateOffsetCommit: the member's current epoch, or a simple
+    commit (no member, epoch < 0) into an empty group."""
+    if not member_id and member_epoch < 0:
+        if group.members and not transactional:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                             "commits without a member id need an empty group")
+        return
+    if api_version < 9:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                         "consumer groups take OffsetCommit v9+ with member epochs")
+    member = group.members.get(member_id)
+    if member is None:
+        raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"unknown member {member_id}")
+    if member_epoch != member.member_epoch:
+        raise KafkaError(ErrorCode.ILLEGAL_GENERATION if transactional
+                         else ErrorCode.STALE_MEMBER_EPOCH,
+                         f"epoch {member_epoch} is not the member's {member.member_epoch}")
+
+
+def validate_consumer_group_fetch(group: ConsumerGroup, member_id: str | None,
+                                  member_epoch: int) -> None:
+    """OffsetFetch v9+ from a member: it must exist at its current epoch (STALE_MEMBER_EPOCH)."""
+    if not member_id and member_epoch < 0:
+        return  # the admin client or a consumer outside the group
+    member = group.members.get(member_id or "")
+    if member is None:
+        raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"unknown member {member_id}")
+    if member_epoch != member.member_epoch:
+        raise KafkaError(ErrorCode.STALE_MEMBER_EPOCH,
+                         f"epoch {member_epoch} is not the member's {member.member_epoch}")

@@ -2,13 +2,16 @@
 
 Each key and value is an int16 version followed by the schema's struct of that version
 (`protocol_schemas/records/group/`), byte-compatible with Kafka's coordinator so the topic can be
-read by Kafka's own tools. Key versions 0-1 are offset commits, 2 group metadata; 3+ belong to
-KIP-848 consumer groups, which this coordinator does not host yet (their records are skipped).
+read by Kafka's own tools. Key versions 0-1 are offset commits, 2 group metadata, 3-8 the
+KIP-848 consumer group records (group epoch, subscribed topics, member metadata, target
+assignment epoch and members, current member assignments); other versions are skipped.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +46,15 @@ class OffsetCommitKey:
 @dataclass(slots=True, frozen=True)
 class GroupMetadataKey:
     group_id: str
+
+
+@dataclass(slots=True, frozen=True)
+class ConsumerGroupRecordKey:
+    """The key of a KIP-848 consumer group record: its type (the key version) and ids."""
+
+    record_type: int
+    group_id: str
+    member_id: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -95,7 +107,7 @@ def _split(buf: bytes) -> tuple[int, memoryview]:
     return version, memoryview(buf)[_VERSION.size:]
 
 
-def decode_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
+def decode_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | ConsumerGroupRecordKey | None:
     """The key of a `__consumer_offsets` record; None for record types we do not host."""
     version, body = _split(key)
     if version in (0, 1):
@@ -103,6 +115,9 @@ def decode_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
         return OffsetCommitKey(k.group, k.topic, k.partition)
     if version == GROUP_METADATA_KEY_VERSION:
         return GroupMetadataKey(_GroupMetadataKey.decode_all(body, version).group)
+    if version in _CG_KEYS:
+        k = _CG_KEYS[version].decode_all(body, version)
+        return ConsumerGroupRecordKey(version, k.group_id, getattr(k, "member_id", None))
     if version < 0:
         raise DecodeError(f"negative record key version {version}")
     return None
@@ -124,3 +139,60 @@ def decode_group_metadata_value(value: bytes) -> Any:
     if version not in _GroupMetadataValue.versions:
         raise DecodeError(f"unknown GroupMetadataValue version {version}")
     return _GroupMetadataValue.decode_all(body, version)
+
+
+# -- KIP-848 consumer group records (key version = record type) --------------------------------
+
+CONSUMER_GROUP_METADATA = 3
+CONSUMER_GROUP_PARTITION_METADATA = 4
+CONSUMER_GROUP_MEMBER_METADATA = 5
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+_CG_NAMES = {
+    CONSUMER_GROUP_METADATA: "ConsumerGroupMetadata",
+    CONSUMER_GROUP_PARTITION_METADATA: "ConsumerGroupPartitionMetadata",
+    CONSUMER_GROUP_MEMBER_METADATA: "ConsumerGroupMemberMetadata",
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: "ConsumerGroupTargetAssignmentMetadata",
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: "ConsumerGroupTargetAssignmentMember",
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: "ConsumerGroupCurrentMemberAssignment",
+}
+_CG_KEYS = {t: _reg[f"{n}Key"] for t, n in _CG_NAMES.items()}
+_CG_VALUES = {t: _reg[f"{n}Value"] for t, n in _CG_NAMES.items()}
+_CG_VALUE_VERSION = 0
+
+
+def consumer_group_key(record_type: int, group_id: str, member_id: str | None = None) -> bytes:
+    """The key of a consumer group record; member records carry the member id."""
+    mtype = _CG_KEYS[record_type]
+    if member_id is None:
+        return _encode(mtype, record_type, mtype.cls(group_id=group_id))
+    return _encode(mtype, record_type, mtype.cls(group_id=group_id, member_id=member_id))
+
+
+def consumer_group_value(record_type: int, **fields: Any) -> bytes:
+    """The value of a consumer group record from its schema's fields (snake_case)."""
+    mtype = _CG_VALUES[record_type]
+    return _encode(mtype, _CG_VALUE_VERSION, mtype.cls(**fields))
+
+
+def decode_consumer_group_value(record_type: int, value: bytes) -> Any:
+    version, body = _split(value)
+    mtype = _CG_VALUES[record_type]
+    if version not in mtype.versions:
+        raise DecodeError(f"unknown {mtype.name} version {version}")
+    return mtype.decode_all(body, version)
+
+
+def topic_partitions_field(record_type: int, assignment: Mapping[uuid.UUID, frozenset[int]]
+                           ) -> list[Any]:
+    """An assignment as the record's [TopicPartitions] list, topics and partitions sorted."""
+    cls = _CG_VALUES[record_type].cls
+    struct_cls = getattr(cls, "TopicPartitions", None) or cls.TopicPartition
+    return [struct_cls(topic_id=t, partitions=sorted(ps))
+            for t, ps in sorted(assignment.items(), key=lambda item: str(item[0])) if ps]
+
+
+def assignment_of(topic_partitions: Any) -> dict[uuid.UUID, frozenset[int]]:
+    """A record's [TopicPartitions] list as an assignment."""
+    return {tp.topic_id: frozenset(tp.partitions) for tp in topic_partitions if tp.partitions}

@@ -99,6 +99,23 @@ async def test_commit_writes_markers_and_the_last_stable_offset_passes_the_data(
     assert other.log_end_offset == 1  # a partition added without data gets its marker too
 
 
+async def test_a_partition_deleted_during_the_transaction_does_not_hold_its_end(
+        broker: MiniBroker, coordinator: TransactionCoordinator) -> None:
+    (created,) = await broker.controller.create_topics([TopicCreation("doomed", 1, 1)], False)
+    assert created.error == ErrorCode.NONE
+    ids = await coordinator.init_producer_id("tx", 60_000)
+    await coordinator.add_partitions_to_txn("tx", ids.producer_id, ids.producer_epoch,
+                                            [("doomed", 0), ("data", 0)])
+    _produce_transactional(broker, 0, ids.producer_id, ids.producer_epoch, 0, [b"a"])
+    assert (await broker.controller.delete_topics(["doomed"]))["doomed"][0] == ErrorCode.NONE
+    assert ("doomed", 0) not in broker.replica_manager.partitions
+    await coordinator.end_txn("tx", ids.producer_id, ids.producer_epoch, False)
+    await _settle(coordinator)
+    assert coordinator.describe("tx").state == S.COMPLETE_ABORT
+    plog = broker.replica_manager.partitions[("data", 0)].log
+    assert plog.last_stable_offset == plog.log_end_offset == 2  # data + ABORT marker
+
+
 async def test_a_new_producer_fences_the_old_one_and_aborts_its_transaction(
         broker: MiniBroker, coordinator: TransactionCoordinator) -> None:
     old = await coordinator.init_producer_id("tx", 60_000)

@@ -204,6 +204,17 @@ def test_timed_out_transaction_is_aborted_under_a_bumped_epoch(h: Harness) -> No
     assert len(h.written) == count
 
 
+def test_end_txn_logged_before_the_timeout_check_wins_over_it(h: Harness) -> None:
+    pid = h.init().metadata.producer_id
+    h.run(lambda s: s.add_partitions("tx", pid, 0, frozenset({("a", 0)}), NOW))
+    # The abort timer picked the transaction, but the producer's EndTxn was logged first.
+    h.run(lambda s: s.end_transaction("tx", pid, 0, True, NOW + TIMEOUT_MS + 1))
+    count = len(h.written)
+    assert h.run(lambda s: s.abort_timed_out("tx", pid, 0, NOW + TIMEOUT_MS + 2)) is None
+    assert len(h.written) == count
+    assert (h.state().state, h.state().producer_epoch) == (S.PREPARE_COMMIT, 0)
+
+
 def test_complete_after_another_outcome_writes_nothing(h: Harness) -> None:
     pid = h.init().metadata.producer_id
     assert h.run(lambda s: s.complete_transaction("tx", pid, 0, NOW)) is None

@@ -285,6 +285,21 @@ async def test_segments_merge_into_groups_of_segment_bytes(tmp_path: Path) -> No
     assert not [p for p in h.log.dir.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")]
 
 
+async def test_snapshots_of_merged_away_segments_are_deleted_with_them(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    fill(h, rounds=4, keys=2)
+    h.log.roll()
+    bases = [s.base_offset for s in h.log.segments]
+    assert h.log.producer_state.snapshot_offsets == bases[1:]  # one per roll
+    h.log.update_config(replace(COMPACT, segment_bytes=10_000))
+    await h.clean()
+    remaining = [s.base_offset for s in h.log.segments]
+    assert remaining == [bases[0], bases[-1]]
+    assert h.log.producer_state.snapshot_offsets == [bases[-1]]
+    on_disk = sorted(int(p.stem) for p in h.log.dir.glob("*.snapshot"))
+    assert on_disk == [bases[-1]]
+
+
 async def test_appends_during_cleaning_stay_and_a_segment_removed_meanwhile_aborts_the_swap(
         tmp_path: Path) -> None:
     h = Harness(tmp_path)
@@ -317,6 +332,46 @@ async def test_a_paused_log_is_not_cleaned_and_an_inflight_cleaning_does_not_swa
     h.cleaner.resume(TOPIC, 0)
     await h.cleaner.run_once()
     assert records(h.log) == sorted((off, k, v) for k, (off, v) in last.items())
+
+
+async def test_pauses_nest_and_cleaning_resumes_after_the_last_resume(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    fill(h, rounds=3, keys=2)
+    h.log.roll()
+    h.cleaner.abort_and_pause(TOPIC, 0)  # a replica move
+    h.cleaner.abort_and_pause(TOPIC, 0)  # and another pauser
+    h.cleaner.resume(TOPIC, 0)
+    assert h.cleaner.is_paused((TOPIC, 0))
+    assert h.cleaner.logs_to_clean(h.clock.now_ms) == []
+    h.cleaner.resume(TOPIC, 0)
+    assert not h.cleaner.is_paused((TOPIC, 0))
+    assert [c.log for c in h.cleaner.logs_to_clean(h.clock.now_ms)] == [h.log]
+
+
+async def test_an_io_error_while_cleaning_a_served_log_takes_its_dir_offline(
+        tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    fill(h, rounds=3, keys=2)
+    h.log.roll()
+    before = records(h.log)
+    reported: list[tuple[Path, BaseException]] = []
+    h.manager.failure_listener = lambda log_dir, exc: reported.append((log_dir, exc))
+    (h.log.dir / "00000000000000000000.log.cleaned").mkdir()  # the cleaned file cannot be made
+    assert await h.cleaner.clean(h.log) is None
+    assert [(d, type(e)) for d, e in reported] == [(h.log.dir.parent, IsADirectoryError)]
+    assert records(h.log) == before
+
+
+async def test_a_log_deleted_while_it_is_cleaned_takes_no_dir_offline(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    fill(h, rounds=3, keys=2)
+    h.log.roll()
+    reported: list[tuple[Path, BaseException]] = []
+    h.manager.failure_listener = lambda log_dir, exc: reported.append((log_dir, exc))
+    # After the checkpoints are read and the offset map is built, the topic is deleted.
+    h.between_steps = [lambda: None, lambda: h.manager.detach_log(TOPIC, 0)]
+    assert await h.cleaner.clean(h.log) is None
+    assert reported == []
 
 
 @pytest.mark.parametrize("crash_point", ["cleaned-only", "swap-written", "old-log-deleted",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -144,3 +145,30 @@ def test_topic_with_dashes_round_trips(tmp_path: Path, clock, make_batch) -> Non
     reopened = _manager([tmp_path / "d"], clock)
     log = reopened.get_log("my-topic-name", 12)
     assert log is not None and log.log_end_offset == 1
+
+
+def test_detaching_a_log_never_fsyncs_its_snapshot_and_clean_shutdown_does(
+    tmp_path: Path, clock, make_batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = _manager([tmp_path / "d"], clock)
+    doomed = manager.create_log("gone", 0)
+    kept = manager.create_log("kept", 0)
+    for log in (doomed, kept):
+        log.append_as_leader(make_batch(2), 0)
+    synced_inodes: list[int] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced_inodes.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    # Topic deletion, a failed dir and a move's swap detach logs on the event loop.
+    moved_away = manager.detach_log("gone", 0)
+    detached_snapshot = moved_away / "00000000000000000002.snapshot"
+    assert detached_snapshot.exists()  # still written, for a move's swap to copy
+    assert detached_snapshot.stat().st_ino not in synced_inodes
+    manager.close()  # clean shutdown, in the executor: the snapshot is durable
+    snapshot = tmp_path / "d" / "kept-0" / "00000000000000000002.snapshot"
+    assert snapshot.stat().st_ino in synced_inodes
+    assert kept.producer_state.unflushed_snapshot_offsets == []

@@ -3,6 +3,7 @@ recovery after an unclean stop, truncation and retention (Kafka's ProducerStateM
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -395,6 +396,48 @@ def test_roll_writes_a_snapshot_at_the_new_segment_base(tmp_path: Path, clock) -
     assert entry.producer_id == 7 and entry.last_sequence == 1
 
 
+def test_roll_snapshot_is_fsynced_by_the_flush_that_passes_it(
+    tmp_path: Path, clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _open(tmp_path, clock)
+    _append(log, _batch(0))
+    log.roll()  # snapshot at 2
+    _append(log, _batch(2))
+    log.roll()  # snapshot at 4
+    assert log.producer_state.unflushed_snapshot_offsets == [2, 4]
+    synced_inodes: list[int] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced_inodes.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    log.flush(2)  # the roll's flush: segments below 2, and the snapshot at 2
+    assert log.recovery_point == 2
+    snapshot_2 = tmp_path / "t-0" / "00000000000000000002.snapshot"
+    snapshot_4 = tmp_path / "t-0" / "00000000000000000004.snapshot"
+    assert snapshot_2.stat().st_ino in synced_inodes
+    assert snapshot_4.stat().st_ino not in synced_inodes
+    assert log.producer_state.unflushed_snapshot_offsets == [4]
+    log.flush()
+    assert snapshot_4.stat().st_ino in synced_inodes
+    assert log.producer_state.unflushed_snapshot_offsets == []
+
+
+def test_flush_of_a_log_whose_dir_was_renamed_away_meanwhile_does_not_fail(
+    tmp_path: Path, clock
+) -> None:
+    log = _open(tmp_path, clock)
+    _append(log, _batch(0))
+    log.flush()
+    _append(log, _batch(2))
+    log.roll()  # snapshot at 4, due at the next flush
+    (tmp_path / "t-0").rename(tmp_path / "t-0.deleted-dir")  # a topic deletion mid-flush
+    log.flush()
+    assert log.recovery_point == 4
+
+
 # -- truncation and retention
 
 
@@ -424,6 +467,19 @@ def test_truncation_below_an_abort_marker_reopens_the_transaction(tmp_path: Path
     assert log.producer_state.ongoing_transactions() == {0: 7}
     log.high_watermark = log.log_end_offset
     assert log.last_stable_offset == 0
+
+
+def test_truncation_keeps_the_last_stable_offset_past_replayed_committed_transactions(
+    tmp_path: Path, clock
+) -> None:
+    log = _open(tmp_path, clock)
+    _append(log, _batch(0, pid=1, txn=True))
+    _append(log, _marker(1, committed=True), AppendOrigin.COORDINATOR)
+    _append(log, _batch(0, pid=2))
+    _append(log, _batch(2, pid=2))
+    assert log.last_stable_offset == 7
+    log.truncate_to(5)  # replays the log: the committed transaction at 0 is found again
+    assert (log.high_watermark, log.last_stable_offset) == (5, 5)
 
 
 def test_truncating_fully_clears_state_snapshots_and_indexes(tmp_path: Path, clock) -> None:

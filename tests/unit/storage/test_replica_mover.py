@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import uuid
 from collections.abc import Callable
@@ -15,9 +16,15 @@ from kafka_ext.controller.image import MetadataImage, PartitionImage, TopicImage
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.records import Record, build_batch
 from kafka_ext.replication.replica_manager import ReplicaManager
+from kafka_ext.storage.log_cleaner import CleanerConfig, LogCleaner
 from kafka_ext.storage.log_config import LogConfig
 from kafka_ext.storage.log_manager import LogManager
-from kafka_ext.storage.replica_mover import MIN_CHUNK_BYTES, MoveThrottle, ReplicaMover
+from kafka_ext.storage.replica_mover import (
+    MIN_CHUNK_BYTES,
+    MoveThrottle,
+    ReplicaMove,
+    ReplicaMover,
+)
 
 CLUSTER = "q1Sh-9_ISia_zwGINzRvyQ"
 TOPIC_ID = uuid.UUID(int=7)
@@ -38,9 +45,12 @@ class Jbod:
         self.log_manager.load()
         self.replicas = ReplicaManager(1, self.log_manager, lambda topic, image: CONFIG,
                                        self.remove)
+        self.cleaner = LogCleaner(self.log_manager, CleanerConfig(),
+                                  run_blocking=self.run_blocking)
         self.mover = ReplicaMover(self.log_manager, self.replicas, self.run_blocking,
                                   self.remove, lambda: self.rate, 2,
-                                  lambda d, exc: self.failures.append((d, exc)))
+                                  lambda d, exc: self.failures.append((d, exc)),
+                                  log_cleaner=self.cleaner)
 
     async def run_blocking(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn)
@@ -133,6 +143,50 @@ async def test_any_cancels_the_move_and_removes_the_future_dir(tmp_path: Path,
     await move.done.wait()
     assert move.state == "cancelled" and jbod.dir_of() == source
     assert not (dest / "t-0.move").exists() and ("t", 0) not in jbod.mover.moves
+
+
+async def test_a_move_pauses_cleaning_of_its_partition_until_it_ends(tmp_path: Path,
+                                                                     make_batch) -> None:
+    jbod = Jbod(tmp_path, rate=1)  # one chunk, then a debt of hours: the move stays in progress
+    jbod.host(partitions=2)
+    append(jbod, make_batch, 40)
+    dest = jbod.other_dir()
+    jbod.mover.alter_replica_log_dir("t", 0, str(dest))
+    move = jbod.mover.moves[("t", 0)]
+    while move.copied_bytes == 0:
+        await asyncio.sleep(0.005)
+    assert jbod.cleaner.is_paused(("t", 0)) and not jbod.cleaner.is_paused(("t", 1))
+    jbod.mover.alter_replica_log_dir("t", 0, "any")
+    await move.done.wait()
+    assert not jbod.cleaner.is_paused(("t", 0))
+    jbod.rate = UNLIMITED
+    jbod.mover.alter_replica_log_dir("t", 0, str(dest))
+    await jbod.mover.moves[("t", 0)].done.wait()
+    assert jbod.dir_of() == dest and not jbod.cleaner.is_paused(("t", 0))
+
+
+async def test_copy_of_a_file_that_shrinks_meanwhile_stops_at_its_new_end(
+        tmp_path: Path) -> None:
+    jbod = Jbod(tmp_path, rate=MIN_CHUNK_BYTES * 4)  # copies go MIN_CHUNK_BYTES at a time
+    jbod.host()
+    source, target = tmp_path / "source.bin", tmp_path / "target.bin"
+    source.write_bytes(b"x" * MIN_CHUNK_BYTES * 3)
+    move = ReplicaMove("t", 0, jbod.other_dir(), tmp_path / "unused.move")
+    calls = 0
+
+    async def shrinking_after_the_first_chunk(fn: Callable[[], Any]) -> Any:
+        nonlocal calls
+        result = await jbod.run_blocking(fn)
+        calls += 1
+        if calls == 3:  # open source, open target, first chunk: then a truncation cuts it
+            os.truncate(source, MIN_CHUNK_BYTES + 100)
+        return result
+
+    jbod.mover.run_blocking = shrinking_after_the_first_chunk
+    # The guard only turns a copy that never ends into a failure.
+    assert await asyncio.wait_for(jbod.mover._copy_file(move, source, target), 10)
+    assert target.read_bytes() == source.read_bytes()
+    assert move.copied_bytes == MIN_CHUNK_BYTES + 100
 
 
 async def test_requests_for_unknown_dirs_and_unhosted_partitions(tmp_path: Path) -> None:
