@@ -129,7 +129,9 @@ def rate_limit(start: Mapping[tuple[str, int], int], latest: Mapping[tuple[str, 
     ends: dict[tuple[str, int], int] = {}
     for tp, end in latest.items():
         begin = start.get(tp, end)
-        share = max_offsets * backlog[tp] / total
+        # Spark's order of operations (limit * (size / total)), so the rounding, and with it the
+        # checkpointed end offsets, are the same as Spark's Kafka source computes.
+        share = max_offsets * (backlog[tp] / total)
         step = math.ceil(share) if share < 1 else math.floor(share)
         ends[tp] = min(end, begin + step)
     return ends

@@ -35,7 +35,6 @@ CONSUME_WAIT_S = 0.1  # short: a range ending in control records never fills its
 _CONSUMER_DEFAULTS = {
     "max.partition.fetch.bytes": str(10 << 20),  # whole large batches per fetch
     "fetch.queue.backoff.ms": "1",  # refill the local queue as soon as consume() drains it
-    "enable.partition.eof": "false",
     # Kafka's (and so Spark's) default; librdkafka's own default is read_committed.
     "isolation.level": "read_uncommitted",
 }
@@ -43,16 +42,22 @@ _CONSUMER_DEFAULTS = {
 _CONSUMER_FIXED = {
     "enable.auto.commit": "false",
     "enable.auto.offset.store": "false",
+    # The end-of-partition event carries the fetch position, which passes aborted records that
+    # the position() of a read_committed consumer never passes (see _consume_range).
+    "enable.partition.eof": "true",
 }
 
-# Broker/client errors that mean the records of the range are gone, not that they are late.
-_DATA_LOSS_ERRORS = frozenset({
-    KafkaError.OFFSET_OUT_OF_RANGE,
-    KafkaError._AUTO_OFFSET_RESET,
+# Errors that mean the partition (or its whole topic) no longer exists.
+_PARTITION_GONE_ERRORS = frozenset({
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._UNKNOWN_TOPIC,
     KafkaError._UNKNOWN_PARTITION,
 })
+# Broker/client errors that mean the records of the range are gone, not that they are late.
+_DATA_LOSS_ERRORS = _PARTITION_GONE_ERRORS | {
+    KafkaError.OFFSET_OUT_OF_RANGE,
+    KafkaError._AUTO_OFFSET_RESET,
+}
 
 # confluent-kafka's timestamp types are Kafka's shifted by one (0 = not available).
 _TIMESTAMP_TYPE_SHIFT = pa.scalar(1, pa.int32())
@@ -135,12 +140,17 @@ def _consume_range(consumer: Any, task: ReadTask, read_config: TaskReadConfig,
         wanted = min(CONSUME_BATCH_RECORDS, task.end_offset - position)
         messages = consumer.consume(wanted, CONSUME_WAIT_S)
         good = messages
+        end_of_partition = -1
         if any(map(_ERROR, messages)):
             good = []
             for m in messages:
                 error = m.error()
                 if error is None:
                     good.append(m)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    # Every offset before this one was delivered or skipped (aborted records
+                    # under read_committed move only the fetch position, not position()).
+                    end_of_partition = m.offset()
                 elif _is_data_loss(error):
                     if read_config.fail_on_data_loss:
                         raise KafkaDataLossError(_data_loss_message(task, position, error))
@@ -156,6 +166,7 @@ def _consume_range(consumer: Any, task: ReadTask, read_config: TaskReadConfig,
                     tp = TopicPartition(task.topic, task.partition, position)
                     consumer.assign([tp])
                     good = []
+                    end_of_partition = -1
                     break
                 elif error.fatal():
                     raise confluent_kafka.KafkaException(error)
@@ -165,12 +176,30 @@ def _consume_range(consumer: Any, task: ReadTask, read_config: TaskReadConfig,
             position = max(position, good[-1].offset() + 1)
             last_progress = time.monotonic()
         # Control records, aborted transactions and compacted gaps move the position without
-        # delivering a record at end_offset - 1; the consumer's position says when we are done.
+        # delivering a record at end_offset - 1: position() passes control records, the
+        # end-of-partition event also aborted records before the last stable offset.
         (current,) = consumer.position([tp])
-        if current.offset >= 0 and current.offset > position:
-            position = current.offset
+        reached = max(current.offset, end_of_partition)
+        if reached > position:
+            position = reached
             last_progress = time.monotonic()
         if position < task.end_offset and time.monotonic() - last_progress > timeout_s:
+            watermarks = _watermarks(consumer, tp)
+            if watermarks is None or watermarks[1] <= position:
+                # Spark's "offset out of range": offsets [position, end) are past the log's end
+                # (endingOffsets beyond it, or the topic was recreated shorter), or the topic
+                # was deleted after planning (librdkafka reports no error to consume() then).
+                where = ("the partition no longer exists" if watermarks is None
+                         else f"the partition ends at {watermarks[1]}")
+                message = (f"records of {task.topic}-{task.partition} from offset {position} "
+                           f"up to {task.end_offset} do not exist: {where}. Some data may have "
+                           f"been lost")
+                if read_config.fail_on_data_loss:
+                    raise KafkaDataLossError(
+                        f"{message}. Set the option failOnDataLoss=false to skip them instead "
+                        f"of failing the query.")
+                log.warning("kafka-ext source: %s (failOnDataLoss=false)", message)
+                return
             raise KafkaReadTimeoutError(
                 f"no record of {task.topic}-{task.partition} offsets [{task.start_offset}, "
                 f"{task.end_offset}) arrived for {read_config.poll_timeout_ms} ms at offset "
@@ -179,11 +208,20 @@ def _consume_range(consumer: Any, task: ReadTask, read_config: TaskReadConfig,
 
 def _log_start_offset(consumer: Any, tp: TopicPartition) -> int | None:
     """The partition's earliest offset now, or None when the partition itself is gone."""
+    watermarks = _watermarks(consumer, tp)
+    return watermarks[0] if watermarks is not None else None
+
+
+def _watermarks(consumer: Any, tp: TopicPartition) -> tuple[int, int] | None:
+    """The partition's (log start offset, high watermark) now, or None when it is gone."""
     try:
-        low, _high = consumer.get_watermark_offsets(tp, timeout=WATERMARK_TIMEOUT_S, cached=False)
-    except confluent_kafka.KafkaException:
-        return None
-    return int(low) if low >= 0 else None
+        low, high = consumer.get_watermark_offsets(tp, timeout=WATERMARK_TIMEOUT_S, cached=False)
+    except confluent_kafka.KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError) and error.code() in _PARTITION_GONE_ERRORS:
+            return None
+        raise
+    return (int(low), int(high)) if low >= 0 else None
 
 
 def _is_data_loss(error: KafkaError) -> bool:

@@ -259,6 +259,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if lost:
                 _data_loss(self.options, f"new partitions {_tp_names(lost)} were deleted "
                                          f"before they could be read")
+            # Spark's rule: a partition added while the stream runs must still hold offset 0.
+            late = {tp: offset for tp, offset in found.items() if offset != 0}
+            if late:
+                _data_loss(self.options, "added partitions start after offset 0: " + ", ".join(
+                    f"{t}-{p} at {o}" for (t, p), o in sorted(late.items())))
             begin.update(found)
         ranges = []
         for tp, until_offset in sorted(until.items()):

@@ -30,6 +30,10 @@ from confluent_kafka.admin import NewPartitions
 
 import kafka_ext.spark
 from kafka_ext.spark import kafka_schema
+from kafka_ext.spark.options import KafkaSourceOptionError, parse_options
+from kafka_ext.spark.planning import ReadTask
+from kafka_ext.spark.reader import KafkaDataLossError, TaskReadConfig, read_task
+from kafka_ext.spark.source import KafkaStreamReader, arrow_schema
 
 STREAM_TIMEOUT_S = 90.0
 BASE_TIMESTAMP_MS = 1_600_000_000_000
@@ -165,6 +169,38 @@ def test_starting_and_ending_offsets_json_timestamps_and_assign(spark: Any, brok
     rows = rows_of(assigned)
     assert [(r["partition"], r["offset"], r["key"]) for r in rows] == [
         (1, i, f"key-{2 * i + 1:06d}".encode()) for i in range(5)]
+
+
+def test_null_keys_values_header_values_and_timestamp_types_under_any_session_time_zone(
+        spark: Any, broker: Any) -> None:
+    created, appended = new_topic_name("spark-create"), new_topic_name("spark-append")
+    create_topic(broker.bootstrap, created, partitions=1)
+    create_topic(broker.bootstrap, appended, partitions=1,
+                 config={"message.timestamp.type": "LogAppendTime"})
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+    for topic in (created, appended):
+        producer.produce(topic, key=None, value=b"v", partition=0, timestamp=BASE_TIMESTAMP_MS,
+                         headers=[("h", None), ("g", b"1")])
+        producer.produce(topic, key=b"k", value=None, partition=0, timestamp=BASE_TIMESTAMP_MS + 1)
+    assert producer.flush(ADMIN_TIMEOUT_S) == 0
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")  # the instant must not move
+    try:
+        df = read(spark, broker.bootstrap, subscribe=f"{created},{appended}",
+                  includeHeaders="true")
+        rows = sorted(df.selectExpr("topic", "offset", "key", "value", "headers", "timestampType",
+                                    "unix_millis(timestamp) AS ms").collect())
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    by_topic = {t: [r for r in rows if r["topic"] == t] for t in (created, appended)}
+    assert [(r["offset"], r["key"], r["value"], r["timestampType"], r["ms"])
+            for r in by_topic[created]] == [(0, None, b"v", 0, BASE_TIMESTAMP_MS),
+                                            (1, b"k", None, 0, BASE_TIMESTAMP_MS + 1)]
+    assert [[(h["key"], h["value"]) for h in r["headers"] or []] for r in by_topic[created]] == [
+        [("h", None), ("g", b"1")], []]
+    assert by_topic[created][1]["headers"] is None  # as Spark: no headers is null, not []
+    assert [(r["key"], r["value"], r["timestampType"]) for r in by_topic[appended]] == [
+        (None, b"v", 1), (b"k", None, 1)]
+    assert all(r["ms"] > BASE_TIMESTAMP_MS + 1_000_000 for r in by_topic[appended])  # broker time
 
 
 def test_min_partitions_splits_one_partition_into_contiguous_tasks(
@@ -378,6 +414,89 @@ def test_topic_deleted_under_a_stream_fails_or_continues_per_fail_on_data_loss(
         query.stop()
 
 
+def stream_reader(bootstrap: str, **options: str) -> KafkaStreamReader:
+    """The driver side of a stream, run in this process (Spark calls the same methods)."""
+    raw = {"kafka.bootstrap.servers": bootstrap, **options}
+    return KafkaStreamReader(parse_options({k.lower(): v for k, v in raw.items()},
+                                           streaming=True), kafka_schema())
+
+
+def test_starting_timestamp_after_every_record_fails_or_starts_at_latest_per_strategy(
+        broker: Any) -> None:
+    from kafka_ext.spark.source import KafkaBatchReader
+
+    topic = new_topic_name("spark-ts-strategy")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    # partition 0 holds timestamps BASE+0..BASE+8, partition 1 BASE+1..BASE+9
+    produce(broker.bootstrap, topic, make_records(10, partitions=2,
+                                                  base_timestamp_ms=BASE_TIMESTAMP_MS))
+
+    def planned(**options: str) -> list[tuple[int, int, int]]:
+        raw = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic, **options}
+        reader = KafkaBatchReader(parse_options({k.lower(): v for k, v in raw.items()},
+                                                streaming=False), kafka_schema())
+        return [(p.task.partition, p.task.start_offset, p.task.end_offset)
+                for p in reader.partitions()]
+
+    after_partition_0 = str(BASE_TIMESTAMP_MS + 9)  # only partition 1 has a record at/after it
+    with pytest.raises(KafkaSourceOptionError,
+                       match=f"{topic}-0.*startingOffsetsByTimestampStrategy"):
+        planned(startingTimestamp=after_partition_0)
+    assert planned(startingTimestamp=after_partition_0,
+                   startingOffsetsByTimestampStrategy="latest") == [(1, 4, 5)]
+    # an ending timestamp with no record at/after it is the latest offset
+    assert planned(startingOffsetsByTimestamp=f'{{"{topic}":{{"0":-2,"1":-2}}}}',
+                   endingTimestamp=after_partition_0) == [(0, 0, 5), (1, 0, 4)]
+
+
+def test_stream_pattern_picks_up_a_topic_created_after_it_started(broker: Any) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    prefix = new_topic_name("spark-pattern")
+    first, second = f"{prefix}-a", f"{prefix}-b"
+    create_topic(broker.bootstrap, first, partitions=1)
+    produce(broker.bootstrap, first, make_records(3))
+    reader = stream_reader(broker.bootstrap, subscribePattern=f"{prefix}-.*",
+                           startingOffsets="earliest")
+    try:
+        start = reader.initialOffset()
+        assert start == {first: {"0": 0}}
+        create_topic(broker.bootstrap, second, partitions=2)
+        produce(broker.bootstrap, second, make_records(4, partitions=2))
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end == {first: {"0": 3}, second: {"0": 2, "1": 2}}
+        tasks = [p.task for p in reader.partitions(start, end)]
+        assert [(t.topic, t.partition, t.start_offset, t.end_offset) for t in tasks] == [
+            (first, 0, 0, 3), (second, 0, 0, 2), (second, 1, 0, 2)]
+    finally:
+        reader.stop()
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_stream_partition_added_with_records_already_deleted_is_data_loss(
+        broker: Any, fail_on_data_loss: bool) -> None:
+    topic = new_topic_name("spark-added")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    produce(broker.bootstrap, topic, make_records(10))
+    admin = confluent_admin(broker.bootstrap)
+    (deleted,) = admin.delete_records([confluent_kafka.TopicPartition(topic, 0, 4)],
+                                      request_timeout=ADMIN_TIMEOUT_S).values()
+    assert deleted.result(timeout=ADMIN_TIMEOUT_S).low_watermark == 4
+    reader = stream_reader(broker.bootstrap, subscribe=topic,
+                           failOnDataLoss=str(fail_on_data_loss).lower())
+    # the partition is new to the stream: absent from the start offsets, present at the end
+    start, end = {}, {topic: {"0": 10}}
+    try:
+        if fail_on_data_loss:
+            with pytest.raises(KafkaDataLossError, match=f"{topic}-0 at 4"):
+                reader.partitions(start, end)
+        else:
+            (partition,) = reader.partitions(start, end)
+            assert (partition.task.start_offset, partition.task.end_offset) == (4, 10)
+    finally:
+        reader.stop()
+
+
 # --- transactions --------------------------------------------------------------------------------
 
 
@@ -414,3 +533,84 @@ def test_read_committed_returns_only_committed_transactions(spark: Any, broker: 
     assert sorted(keys) == sorted([f"a-{i}" for i in range(10)] + [f"b-{i}" for i in range(5)]
                                   + [f"c-{i}" for i in range(7)] + [f"d-{i}" for i in range(3)])
     producer.abort_transaction(ADMIN_TIMEOUT_S)
+
+
+def transactional_producer(bootstrap: str) -> confluent_kafka.Producer:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                                         "transactional.id": new_topic_name("spark-txn-id")})
+    producer.init_transactions(ADMIN_TIMEOUT_S)
+    return producer
+
+
+def send_in_transaction(producer: confluent_kafka.Producer, topic: str, prefix: str,
+                        count: int) -> None:
+    producer.begin_transaction()
+    for i in range(count):
+        producer.produce(topic, key=f"{prefix}-{i}".encode(), value=b"v", partition=0)
+    producer.flush(ADMIN_TIMEOUT_S)
+
+
+def read_range(bootstrap: str, topic: str, start: int, end: int,
+               isolation_level: str = "read_uncommitted", fail_on_data_loss: bool = True,
+               poll_timeout_ms: int = 30_000) -> list[tuple[int, bytes]]:
+    """One executor task run in this process: (offset, key) of what it yields."""
+    config = TaskReadConfig({"bootstrap.servers": bootstrap, "isolation.level": isolation_level},
+                            include_headers=False, fail_on_data_loss=fail_on_data_loss,
+                            poll_timeout_ms=poll_timeout_ms, group_id_prefix="spark-kafka-source")
+    batches = read_task(ReadTask(topic, 0, start, end), config, arrow_schema(kafka_schema()))
+    return [(row["offset"], row["key"]) for batch in batches for row in batch.to_pylist()]
+
+
+def test_task_ending_on_aborted_records_and_markers_stops_at_its_end_offset(
+        broker: Any) -> None:
+    topic = new_topic_name("spark-txn-gap")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    first, second = (transactional_producer(broker.bootstrap) for _ in range(2))
+    send_in_transaction(first, topic, "c", 3)  # offsets 0-2
+    first.commit_transaction(ADMIN_TIMEOUT_S)  # marker 3
+    send_in_transaction(first, topic, "a", 5)  # offsets 4-8
+    send_in_transaction(second, topic, "o", 3)  # offsets 9-11, still open when read
+    first.abort_transaction(ADMIN_TIMEOUT_S)  # marker 12, after the last stable offset 9
+    try:
+        # [0, 9) ends in aborted records whose abort marker lies past the last stable offset:
+        # nothing a read_committed consumer delivers or position() reports reaches offset 9.
+        assert read_range(broker.bootstrap, topic, 0, 9, "read_committed") == [
+            (0, b"c-0"), (1, b"c-1"), (2, b"c-2")]
+        assert read_range(broker.bootstrap, topic, 4, 9, "read_committed") == []
+        # [0, 13) ends on the abort marker
+        assert [o for o, _ in read_range(broker.bootstrap, topic, 0, 13, "read_uncommitted")] == [
+            0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11]
+    finally:
+        second.abort_transaction(ADMIN_TIMEOUT_S)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_task_ending_past_the_last_record_is_data_loss_after_the_poll_timeout(
+        broker: Any, fail_on_data_loss: bool) -> None:
+    # e.g. endingOffsets beyond the log, or a stream's topic recreated with fewer records
+    topic = new_topic_name("spark-short")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    produce(broker.bootstrap, topic, make_records(10))
+    if fail_on_data_loss:
+        with pytest.raises(KafkaDataLossError, match=f"{topic}-0.*failOnDataLoss=false"):
+            read_range(broker.bootstrap, topic, 0, 20, poll_timeout_ms=2_000)
+    else:
+        rows = read_range(broker.bootstrap, topic, 0, 20, fail_on_data_loss=False,
+                          poll_timeout_ms=2_000)
+        assert [o for o, _ in rows] == list(range(10))
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_task_of_a_topic_deleted_after_planning_fails_or_reads_nothing_per_fail_on_data_loss(
+        broker: Any, fail_on_data_loss: bool) -> None:
+    topic = new_topic_name("spark-gone")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    produce(broker.bootstrap, topic, make_records(10))
+    admin = confluent_admin(broker.bootstrap)
+    admin.delete_topics([topic])[topic].result(timeout=ADMIN_TIMEOUT_S)
+    if fail_on_data_loss:
+        with pytest.raises(KafkaDataLossError, match=f"{topic}-0.*failOnDataLoss=false"):
+            read_range(broker.bootstrap, topic, 0, 10, poll_timeout_ms=2_000)
+    else:
+        assert read_range(broker.bootstrap, topic, 0, 10, fail_on_data_loss=False,
+                          poll_timeout_ms=2_000) == []

@@ -115,6 +115,13 @@ def test_rate_limit_gives_small_backlogs_one_record() -> None:
     assert rate_limit(start, latest, 100) == {("a", 0): 99, ("a", 1): 1}
 
 
+def test_rate_limit_rounds_shares_exactly_as_spark() -> None:
+    # Spark computes 22 * (30 / 44) = 14.999999999999998 in doubles and floors it to 14.
+    start = {("a", 0): 0, ("a", 1): 0}
+    latest = {("a", 0): 30, ("a", 1): 14}
+    assert rate_limit(start, latest, 22) == {("a", 0): 14, ("a", 1): 7}
+
+
 def test_rate_limit_under_budget_returns_latest() -> None:
     latest = {("a", 0): 10, ("b", 0): 5}
     assert rate_limit({("a", 0): 0, ("b", 0): 0}, latest, 100) == latest
