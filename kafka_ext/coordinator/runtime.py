@@ -217,7 +217,7 @@ class CoordinatorRuntime(Generic[S]):
             batch = build_batch(records, producer_id=producer_id if transactional else -1,
                                 producer_epoch=producer_epoch if transactional else -1,
                                 is_transactional=transactional)
-            info = await self._append(partition, batch)
+            info = self._append(partition, batch)
             if result.replay_records:
                 replay_pid = producer_id if transactional else -1
                 replay_epoch = producer_epoch if transactional else -1
@@ -232,32 +232,28 @@ class CoordinatorRuntime(Generic[S]):
         ctx = self._loaded_context(partition)
         async with ctx.write_lock:
             self._check_current(ctx)
-            offset = await self._append_marker(partition, producer_id, producer_epoch,
-                                               coordinator_epoch, committed)
+            offset = self._append_marker(partition, producer_id, producer_epoch,
+                                         coordinator_epoch, committed)
             ctx.shard.replay_end_transaction(producer_id, producer_epoch, committed, offset)
             await self._await_high_watermark(ctx, offset + 1)
             return offset
 
-    async def _append(self, partition: int, batch: bytes) -> Any:
+    def _append(self, partition: int, batch: bytes) -> Any:
+        """Append to the local leader (ReplicaManager.append_records is synchronous)."""
         try:
-            info = self.broker.replica_manager.append_records(
+            return self.broker.replica_manager.append_records(
                 self.topic, partition, batch, origin=AppendOrigin.COORDINATOR)
-            if inspect.isawaitable(info):
-                info = await info
         except KafkaError as exc:
             raise _mapped(exc) from exc
-        return info
 
-    async def _append_marker(self, partition: int, producer_id: int, producer_epoch: int,
-                             coordinator_epoch: int, committed: bool) -> int:
+    def _append_marker(self, partition: int, producer_id: int, producer_epoch: int,
+                       coordinator_epoch: int, committed: bool) -> int:
+        """Append a COMMIT/ABORT marker (ReplicaManager.append_control_batch is synchronous)."""
         try:
-            offset = self.broker.replica_manager.append_control_batch(
+            return self.broker.replica_manager.append_control_batch(
                 self.topic, partition, producer_id, producer_epoch, coordinator_epoch, committed)
-            if inspect.isawaitable(offset):
-                offset = await offset
         except KafkaError as exc:
             raise _mapped(exc) from exc
-        return int(offset)
 
     def _check_current(self, ctx: _ShardContext[S]) -> None:
         if self._contexts.get(ctx.partition) is not ctx:
@@ -292,6 +288,7 @@ class CoordinatorRuntime(Generic[S]):
                 return
             del ctx.timers[key]
             outcome = callback()
+            # Async callbacks (offset expiry, KIP-848 session and rebalance timeouts) write.
             if inspect.isawaitable(outcome):
                 self.spawn(_run_timer(outcome, self.topic, partition, key))
 

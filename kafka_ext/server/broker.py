@@ -9,6 +9,7 @@ clean-shutdown marker, so the next start skips recovery.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import resource
@@ -51,6 +52,7 @@ from kafka_ext.server.config import (
 from kafka_ext.server.dispatcher import RequestDispatcher
 from kafka_ext.server.fetch_session import FetchSessionCache
 from kafka_ext.storage.checkpoints import CorruptCheckpointError, MetaProperties
+from kafka_ext.storage.log import UnifiedLog
 from kafka_ext.storage.log_cleaner import CleanerConfig, LogCleaner
 from kafka_ext.storage.log_config import LogConfig
 from kafka_ext.storage.log_dir_failure import LogDirFailureChannel
@@ -275,8 +277,13 @@ class Broker:
         """fsync logs whose flush.messages / flush.ms policy asks for it, off the loop."""
         now_ms = int(time.time() * 1000)
         for hosted in list(self.replica_manager.partitions.values()):
-            if hosted.log.needs_flush(now_ms):
-                await self.run_blocking(hosted.log.flush)
+            plog = hosted.log
+            if not self._served(plog) or not plog.needs_flush(now_ms):
+                continue  # its dir went offline (or it was deleted) during this round
+            try:
+                await self.run_blocking(plog.flush)
+            except OSError as exc:
+                self._on_log_io_error(plog, exc, "flush")
 
     async def _expire_producer_ids(self) -> None:
         """Forget idle producers' state after producer.id.expiration.ms (Kafka's periodic job)."""
@@ -288,7 +295,13 @@ class Broker:
     async def _apply_retention(self) -> None:
         now_ms = int(time.time() * 1000)
         for hosted in list(self.replica_manager.partitions.values()):
-            deleted = hosted.log.delete_retention_segments(now_ms)
+            if not self._served(hosted.log):
+                continue  # its dir went offline during this round
+            try:
+                deleted = hosted.log.delete_retention_segments(now_ms)
+            except OSError as exc:
+                self._on_log_io_error(hosted.log, exc, "retention")
+                continue
             if deleted:
                 log.info("retention deleted %d segment(s) of %s-%d", deleted,
                          hosted.topic, hosted.partition)
@@ -296,14 +309,44 @@ class Broker:
 
     async def remove_deleted_segment_files(self) -> None:
         """Unlink the files of segments that retention or DeleteRecords removed, off the loop."""
-        files = [f for hosted in list(self.replica_manager.partitions.values())
-                 for f in hosted.log.take_deleted_files()]
-        if files:
-            await self.run_blocking(lambda: [f.unlink(missing_ok=True) for f in files])
+        pending = [(hosted.log, files) for hosted in list(self.replica_manager.partitions.values())
+                   if (files := hosted.log.take_deleted_files())]
+        if pending:
+            failed = await self.run_blocking(functools.partial(_unlink_deleted_files, pending))
+            for plog, exc in failed:
+                self._on_log_io_error(plog, exc, "removing deleted segment files")
+
+    def _served(self, plog: UnifiedLog) -> bool:
+        return self.log_manager.get_log(plog.topic, plog.partition) is plog
+
+    def _on_log_io_error(self, plog: UnifiedLog, exc: OSError, job: str) -> None:
+        """KIP-112 for background jobs: an I/O error on a log still served takes its dir offline
+        (LogManager.report_io_error holds the rule); on one deleted or moved away it is logged."""
+        log_dir = self.log_manager.report_io_error(plog, exc)
+        if log_dir is None:
+            log.warning("%s of %s-%d failed after it was deleted or moved: %s", job, plog.topic,
+                        plog.partition, exc)
+        else:
+            log.error("%s of %s-%d failed on %s: %s", job, plog.topic, plog.partition, log_dir,
+                      exc)
 
     async def _write_checkpoints(self) -> None:
         await self.run_blocking(self.log_manager.checkpoint_recovery_points)
         await self.run_blocking(self.log_manager.checkpoint_log_start_offsets)
+
+
+def _unlink_deleted_files(pending: list[tuple[UnifiedLog, list[Path]]]
+                          ) -> list[tuple[UnifiedLog, OSError]]:
+    """Unlink each log's deleted segment files (blocks); returns the first error of each log
+    that had one, so a failed dir never stops the removal on the others."""
+    failed: list[tuple[UnifiedLog, OSError]] = []
+    for plog, files in pending:
+        try:
+            for path in files:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            failed.append((plog, exc))
+    return failed
 
 
 def _check_supported(config: BrokerConfig) -> None:

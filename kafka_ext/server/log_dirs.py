@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +28,8 @@ logger = logging.getLogger(__name__)
 _reg = registry()
 THROTTLE_CONFIG = "intra.broker.throttled.rate"
 NO_BYTES = -1  # TotalBytes/UsableBytes of a dir we cannot stat (Kafka's default)
+# How often the dirs' free space is measured (off the loop) for most-free-bytes placement.
+DISK_USAGE_REFRESH_S = 1.0
 
 
 def _partition_wanted(request: Any) -> set[tuple[str, int]] | None:
@@ -44,6 +45,8 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     log_manager = broker.log_manager
     mover = broker.replica_mover
     wanted = _partition_wanted(request)
+    # statvfs can stall on a sick disk: measure in the executor, never on the loop.
+    usage = await broker.run_blocking(log_manager.measure_disk_usage)
     results = []
     for log_dir in log_manager.log_dirs:
         if log_dir in log_manager.offline_dirs:
@@ -72,11 +75,9 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
                           else move.next_offset)
             add(move.topic, move.partition, move.size_bytes,
                 max(current.log_end_offset - future_end, 0), True)
-        try:
-            usage = shutil.disk_usage(log_dir)
-            total, usable = usage.total, usage.free
-        except OSError:
-            total = usable = NO_BYTES
+        measured = usage.get(log_dir)
+        total = NO_BYTES if measured is None else measured.total_bytes
+        usable = NO_BYTES if measured is None else measured.usable_bytes
         results.append(Response.DescribeLogDirsResult(
             error_code=0, log_dir=str(log_dir), total_bytes=total, usable_bytes=usable,
             topics=[Response.DescribeLogDirsTopic(name=t, partitions=ps)
@@ -120,7 +121,8 @@ def throttled_rate(broker: Any) -> Callable[[], int]:
 
 async def start_jbod(broker: Any) -> None:
     """After the partitions are hosted: resume interrupted moves, remove `-delete` dirs left
-    from before, record the online dirs in the metadata and probe them from now on."""
+    from before, record the online dirs in the metadata, then probe them and measure their
+    free space (for most-free-bytes placement) from now on."""
     failures = broker.log_dir_failures
     broker.controller.listeners.append(failures.on_image)
     failures.start()
@@ -134,5 +136,10 @@ async def start_jbod(broker: Any) -> None:
     except KafkaError as exc:
         logger.error("could not record the online log dirs in the metadata: %s", exc)
     interval_s = int(broker.config.values["log.dir.failure.check.interval.ms"]) / 1000
-    broker._tasks.append(asyncio.get_running_loop().create_task(
-        broker._every(interval_s, failures.probe)))
+    loop = asyncio.get_running_loop()
+    broker._tasks.append(loop.create_task(broker._every(interval_s, failures.probe)))
+
+    async def measure_disk_usage() -> None:
+        await broker.run_blocking(broker.log_manager.measure_disk_usage)
+
+    broker._tasks.append(loop.create_task(broker._every(DISK_USAGE_REFRESH_S, measure_disk_usage)))

@@ -978,13 +978,11 @@ class LogCleaner:
         """KIP-112, as Kafka's cleaner: an I/O error on a log still served takes its dir offline
         (a swap may be half done); one whose log was deleted or moved meanwhile is only logged."""
         tp = (log.topic, log.partition)
-        log_dir = self.log_manager.log_dir_of(*tp)
-        listener = self.log_manager.failure_listener
-        if log_dir is None or self.log_manager.get_log(*tp) is not log or listener is None:
+        log_dir = self.log_manager.report_io_error(log, exc)  # the rule lives there, once
+        if log_dir is None:
             logger.warning("cleaning of %s-%d stopped: %s", *tp, exc)
-            return
-        logger.error("cleaning of %s-%d failed on %s: %s", *tp, log_dir, exc)
-        listener(log_dir, exc)
+        else:
+            logger.error("cleaning of %s-%d failed on %s: %s", *tp, log_dir, exc)
 
     def _start(self, log: UnifiedLog, candidate: LogToClean, now_ms: int) -> _Cleaning | None:
         """Snapshot what to clean and open its files, on the loop."""

@@ -3,7 +3,8 @@
 Owns each dir's meta.properties, the per-dir checkpoints (recovery points, log start offsets,
 high watermarks) and the `.kafka_cleanshutdown` marker that lets the next start skip recovery.
 Concurrency: called from the event loop only. `load`, `close`, `delete_log`, the checkpoint
-methods and `flush_dirty_logs` block on disk; run them off the loop (or before it starts).
+methods, `flush_dirty_logs` and `measure_disk_usage` block on disk; run them off the loop (or
+before it starts).
 A log's own `flush()` may run in an executor thread while the loop keeps using the manager.
 """
 
@@ -14,6 +15,7 @@ import logging
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
@@ -38,6 +40,14 @@ PLACEMENT_FEWEST_PARTITIONS = "fewest-partitions"  # log.dir.placement.policy va
 PLACEMENT_MOST_FREE_BYTES = "most-free-bytes"
 
 TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True, frozen=True)
+class DiskUsage:
+    """A log dir's file system space as last measured (statvfs): DescribeLogDirs, placement."""
+
+    total_bytes: int
+    usable_bytes: int
 
 
 class LogDirIdentityError(KafkaError):
@@ -65,6 +75,7 @@ class LogManager:
         "pending_deletions",
         "future_dirs",
         "failure_listener",
+        "disk_usage",
     )
 
     def __init__(
@@ -101,6 +112,9 @@ class LogManager:
         self.future_dirs: dict[TopicPartition, Path] = {}
         # Called (from any thread) with (log_dir, error) when an I/O error hits a dir.
         self.failure_listener: Callable[[Path, BaseException], None] | None = None
+        # Space of the online dirs as last measured (`measure_disk_usage`, off the loop), so
+        # placement on the loop never calls statvfs itself.
+        self.disk_usage: dict[Path, DiskUsage] = {}
 
     # -- start-up
 
@@ -122,6 +136,7 @@ class LogManager:
         if not self.online_dirs():
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
                              f"every log dir is offline: {self.offline_dirs}")
+        self.measure_disk_usage()
 
     def _fail_at_load(self, log_dir: Path, exc: OSError) -> None:
         logger.error("log dir %s is offline (KIP-112): %s", log_dir, exc)
@@ -224,6 +239,31 @@ class LogManager:
     def logs_in_dir(self, log_dir: Path) -> list[UnifiedLog]:
         return [log for tp, log in self._logs.items() if self._log_dir_of[tp] == log_dir]
 
+    def report_io_error(self, log: UnifiedLog, exc: OSError) -> Path | None:
+        """KIP-112: an I/O error on `log` takes its dir offline (through `failure_listener`)
+        only while `log` is still the log served for its partition; returns that dir, or None
+        for a log deleted or moved away meanwhile, whose error says nothing about a served dir."""
+        tp = (log.topic, log.partition)
+        log_dir = self._log_dir_of.get(tp)
+        listener = self.failure_listener
+        if log_dir is None or self._logs.get(tp) is not log or listener is None:
+            return None
+        listener(log_dir, exc)
+        return log_dir
+
+    def measure_disk_usage(self) -> dict[Path, DiskUsage]:
+        """statvfs every online dir and keep the result in `disk_usage` (blocks: off the loop).
+        A dir that cannot be measured is left out: placement sees no free bytes there."""
+        usage: dict[Path, DiskUsage] = {}
+        for log_dir in self.online_dirs():
+            try:
+                measured = shutil.disk_usage(log_dir)
+            except OSError:
+                continue  # the probe or the next write reports the dir itself (KIP-112)
+            usage[log_dir] = DiskUsage(measured.total, measured.free)
+        self.disk_usage = usage  # one assignment: the loop sees the old map or the new one
+        return usage
+
     def create_log(
         self,
         topic: str,
@@ -267,18 +307,19 @@ class LogManager:
         return [d for d in self.log_dirs if d not in self.offline_dirs]
 
     def place_new_log(self) -> Path:
-        """The online dir for a new partition: fewest partitions, or most free bytes (config)."""
+        """The online dir for a new partition: fewest partitions, or most free bytes (config),
+        as `measure_disk_usage` last saw them (it runs off the loop; this runs on it)."""
         online = self.online_dirs()
         if not online:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "no log dir is online")
         if self.placement_policy == PLACEMENT_MOST_FREE_BYTES:
-            free: dict[Path, int] = {}
-            for d in online:
-                try:
-                    free[d] = shutil.disk_usage(d).free
-                except OSError:
-                    free[d] = -1
-            return max(online, key=lambda d: free[d])  # ties: the first configured dir
+            usage = self.disk_usage
+
+            def free(d: Path) -> int:
+                measured = usage.get(d)
+                return -1 if measured is None else measured.usable_bytes
+
+            return max(online, key=free)  # ties: the first configured dir
         counts = dict.fromkeys(online, 0)
         for d in self._log_dir_of.values():
             if d in counts:

@@ -1,8 +1,9 @@
 """Produce, consume and look up offsets with the three stock Python clients, in one shape.
 
 Each library gets a `produce_<lib>` and a `consume_<lib>` with the same signature so a test can
-produce with one library and consume with another and compare plain `Message` tuples. Nothing here
-uses consumer groups or idempotence: the broker under test does not serve them yet.
+produce with one library and consume with another and compare plain `Message` tuples. Producers
+keep each library's default idempotence (on in kafka-python 3, off in confluent-kafka and
+aiokafka); consumers here use manual assignment, never a group.
 """
 
 from __future__ import annotations
@@ -183,7 +184,6 @@ def produce_confluent(bootstrap: str, topic: str, records: Sequence[Outgoing],
     """Send every record with confluent-kafka; returns each record's offset from its delivery
     report and fails if any report carries an error."""
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap,
-                                         "enable.idempotence": False,
                                          "linger.ms": 5, **(config or {})})
     offsets: list[int | None] = [None] * len(records)
     delivered = [False] * len(records)
@@ -218,8 +218,7 @@ def produce_confluent(bootstrap: str, topic: str, records: Sequence[Outgoing],
 def produce_kafka_python(bootstrap: str, topic: str, records: Sequence[Outgoing],
                          config: Mapping[str, Any] | None = None) -> list[int]:
     """Send every record with kafka-python; returns each record's offset."""
-    producer = kafka.KafkaProducer(**{"bootstrap_servers": bootstrap,
-                                      "enable_idempotence": False, "linger_ms": 5,
+    producer = kafka.KafkaProducer(**{"bootstrap_servers": bootstrap, "linger_ms": 5,
                                       **(config or {})})
     try:
         futures = [producer.send(topic, key=r.key, value=r.value, partition=r.partition,

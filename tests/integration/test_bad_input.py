@@ -167,7 +167,7 @@ class SteadyTraffic:
         self.topic = new_topic_name("steady")
         create_topic(broker, self.topic)
         self._producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all",
-                                   "linger.ms": 0, "enable.idempotence": False})
+                                   "linger.ms": 0})
         self._consumer = Consumer({"bootstrap.servers": broker.bootstrap,
                                    "group.id": "bad-input-steady", "enable.auto.commit": False,
                                    "fetch.wait.max.ms": 50})

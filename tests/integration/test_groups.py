@@ -335,6 +335,15 @@ def test_foreign_protocol_type_and_gone_generation_get_kafka_codes_while_others_
         second = join(sock, group, first.member_id, "consumer", metadata=b"changed")
         assert (second.error_code, second.generation_id) == (0, 2)
         assert commit(sock, group, 1, first.member_id, topic, 3) == ErrorCode.ILLEGAL_GENERATION
+        # Generation 2 is CompletingRebalance until the leader syncs: Kafka refuses commits.
+        assert commit(sock, group, 2, first.member_id, topic, 3) == \
+            ErrorCode.REBALANCE_IN_PROGRESS
+        synced = round_trip(sock, ApiKey.SYNC_GROUP, 5, Sync(
+            group_id=group, generation_id=2, member_id=first.member_id, group_instance_id=None,
+            protocol_type="consumer", protocol_name="range",
+            assignments=[Sync.SyncGroupRequestAssignment(member_id=first.member_id,
+                                                         assignment=b"b")]))
+        assert (synced.error_code, synced.assignment) == (0, b"b")
         assert commit(sock, group, 2, first.member_id, topic, 3) == 0
 
         # The coordinator keeps serving: the other group has its partitions and commits work.

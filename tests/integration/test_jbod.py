@@ -451,6 +451,42 @@ def test_move_dir_alone_with_an_offline_dir_stays_offline_and_untouched(
 # -- log dir failure (KIP-112) -----------------------------------------------------------------
 
 
+def test_a_failed_background_flush_takes_its_dir_offline(broker_factory,
+                                                         tmp_path: Path) -> None:
+    """Only the flush can notice here (the probe, checkpoints and retention wait an hour): the
+    first append wrote the leader-epoch checkpoint without fsync, and the flush that
+    flush.messages asks for rewrites it with fsync, in the replaced dir."""
+    hour_ms = "3600000"
+    broker, _ = jbod_broker(broker_factory, tmp_path, **{
+        "log.dir.failure.check.interval.ms": hour_ms,
+        "log.flush.offset.checkpoint.interval.ms": hour_ms,
+        "log.flush.start.offset.checkpoint.interval.ms": hour_ms,
+        "log.retention.check.interval.ms": hour_ms})
+    create_topic(broker.bootstrap, "flushed", 2, config={"flush.messages": "5"})
+    found = dirs_of(broker, "flushed")
+    doomed_dir = Path(found[(0, False)][0])
+    assert Path(found[(1, False)][0]) != doomed_dir
+    assert not (doomed_dir / "__cluster_metadata-0").exists()
+    produce_acked(broker.bootstrap, "flushed", 0, [b"before"] * 4)  # under flush.messages
+    aside = fail_log_dir(doomed_dir)
+    try:
+        produce_acked(broker.bootstrap, "flushed", 0, [b"after"])  # the open segment file
+        client = admin(broker)
+        try:
+            def offline() -> bool:
+                dirs = client.describe_log_dirs()[0]["log_dirs"]
+                return {d["log_dir"]: d["error_code"] for d in dirs}.get(str(doomed_dir)) == 56
+            wait_until(offline, WAIT_S, "the dir whose flush failed reported offline")
+        finally:
+            client.close()
+        assert "flush of flushed-0 failed" in broker.log()
+        produce_acked(broker.bootstrap, "flushed", 1, [b"elsewhere"])
+        assert consume_values(broker.bootstrap, "flushed", 1, 1) == [b"elsewhere"]
+    finally:
+        broker.stop()
+        restore_log_dir(doomed_dir, aside)
+
+
 def test_failed_dir_goes_offline_while_the_other_keeps_serving(broker_factory,
                                                               tmp_path: Path) -> None:
     broker, paths = jbod_broker(broker_factory, tmp_path)

@@ -445,8 +445,7 @@ def test_producing_to_unknown_topic_with_auto_create_disabled_creates_nothing(
         broker_factory: Any) -> None:
     broker = broker_factory({"auto.create.topics.enable": "false"})
     topic = new_topic_name("not-auto-created")
-    producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=False,
-                                   max_block_ms=2_000)
+    producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, max_block_ms=2_000)
     try:
         with pytest.raises(kafka.errors.KafkaTimeoutError):
             producer.send(topic, value=b"v").get(timeout=ADMIN_TIMEOUT_S)

@@ -132,6 +132,9 @@ class ClassicGroup:
         self.pending_sync_members: set[str] = set()
         self.new_member_added = False  # extends the initial rebalance delay (KIP-134)
         self.initial_delay_remaining_ms = 0
+        # protocol name -> members listing it (Kafka's supportedProtocols): a join checks the
+        # protocols every member shares without walking the group.
+        self._protocol_counts: dict[str, int] = {}
 
     # -- state -------------------------------------------------------------------------------
 
@@ -160,10 +163,29 @@ class ClassicGroup:
     def static_member_id(self, group_instance_id: str | None) -> str | None:
         return None if group_instance_id is None else self.static_members.get(group_instance_id)
 
+    def _count_protocols(self, member: ClassicGroupMember, delta: int) -> None:
+        for name in {name for name, _ in member.protocols}:
+            count = self._protocol_counts.get(name, 0) + delta
+            if count:
+                self._protocol_counts[name] = count
+            else:
+                del self._protocol_counts[name]
+
+    def set_protocols(self, member: ClassicGroupMember, protocols: list[tuple[str, bytes]]
+                      ) -> None:
+        """Change a member's protocols; every change goes through here (supported counts)."""
+        self._count_protocols(member, -1)
+        member.protocols = list(protocols)
+        self._count_protocols(member, 1)
+
     def add(self, member: ClassicGroupMember) -> None:
         if not self.members:
             self.protocol_type = member.protocol_type
+        replaced = self.members.get(member.member_id)
+        if replaced is not None:
+            self._count_protocols(replaced, -1)
         self.members[member.member_id] = member
+        self._count_protocols(member, 1)
         if member.group_instance_id is not None:
             self.static_members[member.group_instance_id] = member.member_id
         if self.leader_id is None:
@@ -174,6 +196,7 @@ class ClassicGroup:
         member = self.members.pop(member_id, None)
         if member is None:
             return None
+        self._count_protocols(member, -1)
         if member.group_instance_id is not None:
             if self.static_members.get(member.group_instance_id) == member_id:
                 del self.static_members[member.group_instance_id]
@@ -203,8 +226,10 @@ class ClassicGroup:
         return sum(1 for m in self.members.values() if m.is_awaiting_join)
 
     def has_all_members_joined(self) -> bool:
-        return (len(self.members) == self.awaiting_join_count()
-                and not self.pending_members)
+        # Stops at the first member still out: checked after every join of a rebalance, this
+        # costs O(n log n) per rebalance for members rejoining in any order, not O(n^2).
+        return not self.pending_members and all(
+            m.is_awaiting_join for m in self.members.values())
 
     def not_yet_rejoined(self) -> list[ClassicGroupMember]:
         return [m for m in self.members.values() if not m.is_awaiting_join]
@@ -224,11 +249,9 @@ class ClassicGroup:
         return bool(self._candidates() & {name for name, _ in protocols})
 
     def _candidates(self) -> set[str]:
-        names: set[str] | None = None
-        for member in self.members.values():
-            mine = {name for name, _ in member.protocols}
-            names = mine if names is None else names & mine
-        return names or set()
+        """Protocols every member lists."""
+        size = len(self.members)
+        return {name for name, count in self._protocol_counts.items() if count == size}
 
     def select_protocol(self) -> str:
         """The protocol most members vote for among those all support (Kafka's rule: each member
@@ -300,6 +323,7 @@ class ClassicGroup:
                 m.session_timeout, value.protocol_type,
                 [(value.protocol or "", bytes(m.subscription))], bytes(m.assignment))
             group.members[member.member_id] = member
+            group._count_protocols(member, 1)
             if member.group_instance_id is not None:
                 group.static_members[member.group_instance_id] = member.member_id
         return group

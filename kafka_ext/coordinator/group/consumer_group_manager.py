@@ -151,13 +151,18 @@ def _validate(req: HeartbeatRequest, assignors: tuple[str, ...]) -> None:
                              f"SubscribedTopicRegex {req.subscribed_topic_regex!r}: {exc}") from exc
 
 
-def _subscribes(member: ConsumerGroupMember, topic: str) -> bool:
-    if topic in member.subscribed_topic_names:
-        return True
-    regex = member.subscribed_topic_regex
-    # Like Kafka, a regex never selects internal topics.
-    return bool(regex) and not topic.startswith("__") and \
-        _compile(regex).fullmatch(topic) is not None
+def _regex_matches(patterns: Iterable[str], topics: Iterable[str]) -> dict[str, set[str]]:
+    """The topics each distinct pattern selects; like Kafka, never an internal topic. Done once
+    per pattern, not per member: the members of a large group usually share one pattern."""
+    compiled = {p: _compile(p) for p in patterns}
+    matched: dict[str, set[str]] = {p: set() for p in compiled}
+    for topic in topics:
+        if topic.startswith("__"):
+            continue
+        for p, pattern in compiled.items():
+            if pattern.fullmatch(topic) is not None:
+                matched[p].add(topic)
+    return matched
 
 
 def _assignment_record(group_id: str, member: ConsumerGroupMember) -> tuple[bytes, bytes]:
@@ -215,10 +220,9 @@ class ConsumerGroupManager:
         image = self._image()
         members = list(members)
         names: set[str] = {t for m in members for t in m.subscribed_topic_names}
-        regexes = [m for m in members if m.subscribed_topic_regex]
-        if regexes:
-            names |= {t for t in image.topics_by_name
-                      if any(_subscribes(m, t) for m in regexes)}
+        patterns = {m.subscribed_topic_regex for m in members if m.subscribed_topic_regex}
+        if patterns:
+            names = names.union(*_regex_matches(patterns, image.topics_by_name).values())
         out: dict[uuid.UUID, TopicMetadata] = {}
         for name in names:
             topic = image.topics_by_name.get(name)
@@ -247,6 +251,8 @@ class ConsumerGroupManager:
             bump = True
         for member_id, member in members.items():
             old = old_members.get(member_id)
+            if old is member:
+                continue  # untouched by this change
             if old is None or not old.metadata_equals(member):
                 records.append(_metadata_record(group_id, member))
             if old is None or (old.subscribed_topic_names, old.subscribed_topic_regex,
@@ -291,8 +297,13 @@ class ConsumerGroupManager:
                 metadata: Mapping[uuid.UUID, TopicMetadata],
                 previous: Mapping[str, Assignment]) -> dict[str, Assignment]:
         assignor = ASSIGNORS[self.assignor_name(members.values())]
+        ids = {t.name: t.topic_id for t in metadata.values()}
+        by_regex = _regex_matches(
+            {m.subscribed_topic_regex for m in members.values() if m.subscribed_topic_regex},
+            ids)
         inputs = [AssignmentMember(m.member_id, frozenset(
-            t.topic_id for t in metadata.values() if _subscribes(m, t.name)))
+            ids[name] for name in by_regex.get(m.subscribed_topic_regex or "", set()).union(
+                m.subscribed_topic_names) if name in ids))
             for m in members.values()]
         counts = {t.topic_id: t.num_partitions for t in metadata.values()}
         out = assignor.assign(inputs, counts, previous)
@@ -354,8 +365,12 @@ class ConsumerGroupManager:
             members[member_id] = updated
             plan = self.plan(req.group_id, group, members, previous_target=previous_target)
             records += plan.records
-            owners = {tp: mid for mid, m in members.items() if mid != member_id
-                      for tp in m.owned_partitions()}
+            # Who holds what is needed only to move the member; a steady heartbeat of a large
+            # group must not walk every partition of every member.
+            settled = updated.state == MemberState.STABLE and \
+                updated.member_epoch == plan.assignment_epoch
+            owners = {} if settled else {tp: mid for mid, m in members.items() if mid != member_id
+                                         for tp in m.owned_partitions()}
             reconciled = reconcile(updated, plan.assignment_epoch,
                                    plan.target.get(member_id, {}), owners, req.owned)
             old = group.members.get(member_id) if group is not None else None

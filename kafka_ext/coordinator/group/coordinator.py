@@ -242,8 +242,12 @@ class GroupCoordinator:
         self._schedule_offset_expiration(shard.partition)
 
     def _on_shard_unloaded(self, shard: GroupCoordinatorShard) -> None:
-        """Requests waiting on a rebalance learn that this node no longer coordinates."""
+        """Requests waiting on a rebalance learn that this node no longer coordinates. The
+        groups go Dead (as in Kafka), so a write of theirs still in flight cannot touch the
+        timers of the shard loaded next for the same partition."""
+        now_ms = self._clock_ms()
         for group in shard.groups.values():
+            group.transition_to(GroupState.DEAD, now_ms)
             for member in group.members.values():
                 member.complete_join(_join_error(ErrorCode.NOT_COORDINATOR, member.member_id))
                 member.complete_sync(SyncResult(int(ErrorCode.NOT_COORDINATOR)))
@@ -300,7 +304,9 @@ class GroupCoordinator:
             return True
         known = group.members.get(member_id)
         if group.is_in(GroupState.PREPARING_REBALANCE):
+            # Counting the waiting members walks the group: only when it could be full.
             return ((known is not None and known.is_awaiting_join)
+                    or len(group.members) < self.config.max_size
                     or group.awaiting_join_count() < self.config.max_size)
         return known is not None or len(group.members) < self.config.max_size
 
@@ -385,7 +391,7 @@ class GroupCoordinator:
     def _update_member_and_rebalance(self, partition: int, group: ClassicGroup,
                                      member: ClassicGroupMember, joining: _Joining
                                      ) -> asyncio.Future[JoinResult]:
-        member.protocols = list(joining.protocols)
+        group.set_protocols(member, joining.protocols)
         member.rebalance_timeout_ms = joining.rebalance_timeout_ms
         member.session_timeout_ms = joining.session_timeout_ms
         member.complete_join(_join_error(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
@@ -409,7 +415,7 @@ class GroupCoordinator:
         member.complete_sync(SyncResult(int(ErrorCode.FENCED_INSTANCE_ID)))
         self.runtime.cancel(partition, _heartbeat_key(group.group_id, old_member_id))
         group.replace_static_member(instance_id, old_member_id, new_member_id)
-        member.protocols = list(joining.protocols)
+        group.set_protocols(member, joining.protocols)
         member.rebalance_timeout_ms = joining.rebalance_timeout_ms
         member.session_timeout_ms = joining.session_timeout_ms
         member.client_id, member.client_host = joining.client_id, joining.client_host
@@ -420,9 +426,11 @@ class GroupCoordinator:
             try:
                 await self._store_group(partition, group, assignments)
             except KafkaError as exc:
-                if group.members.get(new_member_id) is member:  # undo: the old member stays
+                if group.members.get(new_member_id) is member and \
+                        not group.is_in(GroupState.DEAD):  # undo: the old member stays
                     group.replace_static_member(instance_id, new_member_id, old_member_id)
-                    member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = old
+                    group.set_protocols(member, old[0])
+                    member.rebalance_timeout_ms, member.session_timeout_ms = old[1], old[2]
                     self.runtime.cancel(partition, _heartbeat_key(group.group_id, new_member_id))
                     self._schedule_heartbeat(partition, group, member, member.session_timeout_ms)
                 return _join_error(exc.code, "")
@@ -482,8 +490,8 @@ class GroupCoordinator:
         self._complete_join(partition, group)
 
     def _maybe_complete_join(self, partition: int, group: ClassicGroup) -> None:
-        if (group.is_in(GroupState.PREPARING_REBALANCE) and group.has_all_members_joined()
-                and group.previous_state != GroupState.EMPTY):
+        if (group.is_in(GroupState.PREPARING_REBALANCE)
+                and group.previous_state != GroupState.EMPTY and group.has_all_members_joined()):
             self._complete_join(partition, group)
 
     def _complete_join(self, partition: int, group: ClassicGroup) -> None:
@@ -670,16 +678,20 @@ class GroupCoordinator:
     async def _store_group(self, partition: int, group: ClassicGroup,
                            assignments: dict[str, bytes]) -> None:
         """Persist the group (GroupMetadata record); its in-memory state is already current."""
-        key = group_metadata_key(group.group_id)
-        value = group_metadata_value(group.to_record(assignments, GroupMetadataValue,
-                                                     MemberMetadata))
+        await self._write_group_record(partition, _group_record(group, assignments))
+
+    async def _write_group_record(self, partition: int, record: tuple[bytes, bytes]) -> None:
         await self.runtime.write(partition, lambda shard: CoordinatorResult(
-            [(key, value)], None, replay_records=False))
+            [record], None, replay_records=False))
 
     def _spawn_store_group(self, partition: int, group: ClassicGroup) -> None:
+        """Store the group now Empty in the background; the record is built here, before a
+        join arriving meanwhile can add members to it."""
+        record = _group_record(group, {})
+
         async def store() -> None:
             try:
-                await self._store_group(partition, group, {})
+                await self._write_group_record(partition, record)
             except KafkaError as exc:
                 log.warning("could not store empty group %s: %s", group.group_id, exc)
         self.runtime.spawn(store())
@@ -751,6 +763,11 @@ class GroupCoordinator:
             else:
                 _validate_offset_commit(group, member_id, group_instance_id, generation_id,
                                         transactional=False)
+                member = group.members.get(member_id)
+                if member is not None and group.is_in(GroupState.STABLE,
+                                                      GroupState.PREPARING_REBALANCE):
+                    # A commit keeps the member's session alive, as a heartbeat would.
+                    self._schedule_heartbeat(partition, group, member, member.session_timeout_ms)
             return self._offset_records(group_id, entries, now_ms, expire_ms)
 
         return await self.runtime.write(partition, op)
@@ -884,8 +901,11 @@ class GroupCoordinator:
             records: list[tuple[bytes, bytes | None]] = []
             for group_id, group in list(shard.groups.items()):
                 committed = shard.committed(group_id)
+                # Parsed once per group: a large group has many members and many offsets.
+                subscribed = group.subscribed_topics() if group.is_in(GroupState.STABLE) \
+                    else None
                 expired = [tp for tp, c in committed.items()
-                           if self._offset_expired(group, tp[0], c, now_ms)
+                           if self._offset_expired(group, subscribed, tp[0], c, now_ms)
                            and not shard.has_pending_txn_offsets(group_id, tp)]
                 records += [(offset_commit_key(group_id, t, p), None) for t, p in expired]
                 if (group.is_in(GroupState.EMPTY) and len(expired) == len(committed)
@@ -929,22 +949,24 @@ class GroupCoordinator:
             return now_ms >= value.expire_timestamp_ms
         return now_ms - value.commit_timestamp_ms >= self.config.offsets_retention_ms
 
-    def _offset_expired(self, group: ClassicGroup, topic: str, committed: CommittedOffset,
-                        now_ms: int) -> bool:
+    def _offset_expired(self, group: ClassicGroup, subscribed: set[str] | None, topic: str,
+                        committed: CommittedOffset, now_ms: int) -> bool:
+        """Kafka's classic expiration condition: offsets of a simple group, of an Empty group,
+        or of a topic a Stable "consumer" group no longer reads (`subscribed`) may expire; an
+        explicit v2-v4 retention time applies only there too."""
         value = committed.value
-        if value.expire_timestamp_ms >= 0:
-            return now_ms >= value.expire_timestamp_ms
         if group.protocol_type is None:
             base_ms = value.commit_timestamp_ms  # a simple group: from the commit
         elif group.is_in(GroupState.EMPTY):
             base_ms = group.state_timestamp_ms  # KIP-211: from when the group became empty
         elif group.is_in(GroupState.STABLE):
-            subscribed = group.subscribed_topics()
             if subscribed is None or topic in subscribed:
                 return False
             base_ms = value.commit_timestamp_ms
         else:
             return False
+        if value.expire_timestamp_ms >= 0:
+            return now_ms >= value.expire_timestamp_ms
         return now_ms - base_ms >= self.config.offsets_retention_ms
 
     # -- listing, describing, deleting -------------------------------------------------------
@@ -982,11 +1004,10 @@ class GroupCoordinator:
             _, shard = self._shard(group_id)
         except KafkaError as exc:
             return GroupDescription(group_id, int(exc.code))
-        if shard.consumer_group(group_id) is not None:
-            # Kafka 4: DescribeGroups describes classic groups only.
-            return GroupDescription(group_id, int(ErrorCode.GROUP_ID_NOT_FOUND))
         group = shard.group(group_id)
-        if group is None:
+        if group is None or shard.consumer_group(group_id) is not None:
+            # Kafka describes classic groups only: any other id is Dead without an error in
+            # v0-v5 (GROUP_ID_NOT_FOUND is v6+, which we do not serve).
             return GroupDescription(group_id)
         stable = group.is_in(GroupState.STABLE)
         protocol = group.protocol_name or ""
@@ -1067,6 +1088,12 @@ class _Joining:
 _EXPIRATION_KEY = "offsets-expiration"
 
 
+def _group_record(group: ClassicGroup, assignments: dict[str, bytes]) -> tuple[bytes, bytes]:
+    """The group as a GroupMetadata record, as it is now."""
+    return (group_metadata_key(group.group_id), group_metadata_value(
+        group.to_record(assignments, GroupMetadataValue, MemberMetadata)))
+
+
 def _heartbeat_key(group_id: str, member_id: str) -> str:
     return f"heartbeat\0{group_id}\0{member_id}"
 
@@ -1114,7 +1141,10 @@ def _validate_offset_commit(group: ClassicGroup, member_id: str, group_instance_
     elif not transactional and not group.is_in(GroupState.EMPTY):
         raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
                          "commits without a member id need an empty group")
-    if not transactional and group.is_in(GroupState.PREPARING_REBALANCE):
+    # PreparingRebalance still takes commits of the current generation (eager consumers commit
+    # before they rejoin); only a member that was told the new generation but has no assignment
+    # yet is sent back to finish the rebalance, as in Kafka.
+    if not transactional and group.is_in(GroupState.COMPLETING_REBALANCE):
         raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS, f"group {group.group_id} rebalances")
 
 

@@ -3,9 +3,10 @@
 Mirrors Kafka's TransactionCoordinator with its TransactionMarkerChannelManager (transaction
 version 1: the epoch is bumped by InitProducerId, fences and timeouts, never by EndTxn). A
 transaction ends in two logged steps: PrepareCommit/PrepareAbort, then the markers are written
-to every partition of the transaction, then CompleteCommit/CompleteAbort. A shard loaded in a
-Prepare state resumes its markers. Ongoing transactions past their timeout are aborted under a
-bumped epoch; idle transactional ids expire with a tombstone. Loop-owned.
+to every partition of the transaction, then CompleteCommit/CompleteAbort (retried while the shard
+stays loaded, as Kafka retries it). A shard loaded in a Prepare state resumes its markers.
+Ongoing transactions past their timeout are aborted under a bumped epoch; idle transactional
+ids expire with a tombstone. Loop-owned.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ EXPIRE_TIMER = "remove-expired-transactional-ids"
 # answers as soon as PrepareCommit/PrepareAbort is logged; waiting a little for the (local)
 # markers spares the producer a round of CONCURRENT_TRANSACTIONS retries on its next call.
 MARKER_WAIT_S = 5.0
-# Backoff between retries of a marker a partition could not take yet (leader moving, loading).
+# Backoff between retries of a marker a partition could not take yet (leader moving, loading),
+# and of a CompleteCommit/CompleteAbort write `__transaction_state` refused.
 MARKER_RETRY_BACKOFF_MIN_S = 0.05
 MARKER_RETRY_BACKOFF_MAX_S = 1.0
 
@@ -256,15 +258,48 @@ class TransactionCoordinator:
                 for tp in sorted(metadata.partitions)))
             if not all(results):
                 return  # no longer the coordinator: the new one resumes from PrepareX
-            completed = await self.runtime.write(partition, lambda shard: (
-                shard.complete_transaction(metadata.transactional_id, metadata.producer_id,
-                                           metadata.producer_epoch, now_ms())))
+            completed = await self._log_completion(partition, coordinator_epoch, metadata)
         except KafkaError as exc:
             log.info("transaction of %s not completed here (%s); the partition's next "
                      "coordinator resumes it", metadata.transactional_id, exc)
             return
         if completed is not None:
             log.debug("%s %s", metadata.transactional_id, completed.state.display_name)
+
+    async def _log_completion(self, partition: int, coordinator_epoch: int,
+                              metadata: TransactionMetadata) -> TransactionMetadata | None:
+        """Log CompleteCommit/CompleteAbort once the markers are written, retrying a failed
+        write with backoff while this node coordinates the partition at the same epoch (Kafka's
+        TransactionMarkerChannelManager retries the append too); NOT_COORDINATOR and
+        COORDINATOR_LOAD_IN_PROGRESS end it, as in Kafka: the next coordinator resumes."""
+        backoff_s = MARKER_RETRY_BACKOFF_MIN_S
+        failures = 0
+        while True:
+            if not self._still_coordinating(partition, coordinator_epoch):
+                return None
+            try:
+                completed: TransactionMetadata | None = await self.runtime.write(
+                    partition, lambda shard: shard.complete_transaction(
+                        metadata.transactional_id, metadata.producer_id,
+                        metadata.producer_epoch, now_ms()))
+                return completed
+            except KafkaError as exc:
+                if exc.code in (ErrorCode.NOT_COORDINATOR,
+                                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+                    raise
+                failures += 1
+                # Once at warning level, then quietly: a long outage must not flood the log.
+                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                        "logging %s of %s failed (%s); retrying",
+                        "CompleteCommit" if metadata.state == TransactionState.PREPARE_COMMIT
+                        else "CompleteAbort", metadata.transactional_id, exc)
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, MARKER_RETRY_BACKOFF_MAX_S)
+
+    def _still_coordinating(self, partition: int, coordinator_epoch: int) -> bool:
+        """Whether the shard of `partition` is loaded here at `coordinator_epoch`."""
+        return (partition in self.runtime.loaded_partitions()
+                and self.runtime.coordinator_epoch(partition) == coordinator_epoch)
 
     async def _write_marker(self, partition: int, coordinator_epoch: int, tp: TopicPartition,
                             metadata: TransactionMetadata, committed: bool) -> bool:
@@ -273,8 +308,7 @@ class TransactionCoordinator:
         topic, index = tp
         backoff_s = MARKER_RETRY_BACKOFF_MIN_S
         while True:
-            if (partition not in self.runtime.loaded_partitions()
-                    or self.runtime.coordinator_epoch(partition) != coordinator_epoch):
+            if not self._still_coordinating(partition, coordinator_epoch):
                 return False
             try:
                 await write_txn_marker(self.broker, topic, index, metadata.producer_id,

@@ -25,6 +25,7 @@ from kafka_ext.coordinator.group.consumer_group_manager import (
     ConsumerGroupConfig,
     HeartbeatRequest,
     HeartbeatResult,
+    _compile,
 )
 from kafka_ext.coordinator.group.coordinator import (
     GroupConfig,
@@ -244,7 +245,8 @@ async def test_classic_and_consumer_groups_do_not_mix(cg: CgHarness) -> None:
     assert joined.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     error, listed = cg.coordinator.list_groups(set(), {"consumer"})
     assert [(g.group_id, g.group_type, g.state) for g in listed] == [(GROUP, "consumer", "Stable")]
-    assert cg.coordinator.describe_group(GROUP).error == ErrorCode.GROUP_ID_NOT_FOUND
+    described = cg.coordinator.describe_group(GROUP)  # DescribeGroups v0-v5: classic only
+    assert (described.error, described.state, described.members) == (ErrorCode.NONE, "Dead", [])
     assert await cg.coordinator.delete_group(GROUP) == ErrorCode.NON_EMPTY_GROUP
     await cg.hb("a", -1)
     assert await cg.coordinator.delete_group(GROUP) == ErrorCode.NONE
@@ -449,3 +451,18 @@ async def test_an_upgraded_group_comes_back_as_a_consumer_group_after_a_restart(
     finally:
         await h.coordinator.stop()
         broker.stop()
+
+
+async def test_a_steady_heartbeat_matches_each_distinct_regex_once_not_per_member(
+        cg: CgHarness) -> None:
+    await cg.topic("events-a", 1)
+    for i in range(8):
+        await cg.topic(f"other-{i}", 1)
+    for i in range(30):
+        await cg.hb(f"m{i}", 0, regex="events-.*")
+    epoch = cg.group().members["m0"].member_epoch
+    before = _compile.cache_info()
+    await cg.hb("m0", epoch)
+    after = _compile.cache_info()
+    # Work per heartbeat grows with the distinct patterns, not with members x topics.
+    assert (after.hits + after.misses) - (before.hits + before.misses) <= 2

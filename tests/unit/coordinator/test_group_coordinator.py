@@ -346,6 +346,25 @@ async def test_protocol_type_mismatch_is_refused_and_other_groups_keep_working(
     assert other.error == NONE and other.protocol_type == "connect"
 
 
+async def test_protocols_all_members_share_follow_members_joining_and_leaving(
+        harness: Harness) -> None:
+    only_range = [("range", subscription("t"))]
+    both = [("range", subscription("t")), ("roundrobin", subscription("t"))]
+    only_rr = [("roundrobin", subscription("t"))]
+    a, b = await asyncio.gather(harness.join_new(protocols=only_range),
+                                harness.join_new(protocols=both))
+    refused = await harness.join(protocols=only_rr)
+    assert refused.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL  # a cannot use roundrobin
+    await harness.coordinator.leave_group(GROUP, [(a.member_id, None)])
+    b2 = await harness.join(b.member_id, protocols=both)
+    await harness.sync(b2, {b2.member_id: b""})
+    c_first = await harness.join(protocols=only_rr)
+    assert c_first.error == ErrorCode.MEMBER_ID_REQUIRED  # now every member lists roundrobin
+    b3, c = await asyncio.gather(harness.join(b.member_id, protocols=both),
+                                 harness.join(c_first.member_id, protocols=only_rr))
+    assert (b3.error, c.error, c.protocol_name) == (NONE, NONE, "roundrobin")
+
+
 async def test_sync_with_another_protocol_name_is_inconsistent(harness: Harness) -> None:
     (a,) = await harness.stable_group(1)
     result = await harness.coordinator.sync_group(
@@ -380,6 +399,90 @@ async def test_requests_for_a_partition_this_node_does_not_lead_are_not_coordina
     await h.stop()
 
 
+async def test_pending_joins_and_syncs_are_answered_not_coordinator_on_unload(
+        harness: Harness) -> None:
+    (a,) = await harness.stable_group(1)
+    newcomer = await harness.join()
+    pending_join = asyncio.ensure_future(harness.join(newcomer.member_id))
+    await until(lambda: harness.coordinator.describe_group(GROUP).state == "PreparingRebalance")
+    await harness.coordinator.runtime.stop()
+    assert (await pending_join).error == ErrorCode.NOT_COORDINATOR
+
+
+async def test_leader_sync_in_flight_when_the_shard_moves_leaves_the_next_load_alone(
+        harness: Harness) -> None:
+    stable = await harness.stable_group(2)
+    leader = next(r for r in stable if r.members)
+    follower = next(r for r in stable if not r.members)
+    rejoined = await asyncio.gather(harness.join(leader.member_id),
+                                    harness.join(follower.member_id))
+    new_leader = next(r for r in rejoined if r.members)
+    assert harness.coordinator.describe_group(GROUP).state == "CompletingRebalance"
+    runtime = harness.coordinator.runtime
+    partition = harness.coordinator.partition_for(GROUP)
+    group = runtime.shard(partition).groups[GROUP]
+    old_lock = runtime._contexts[partition].write_lock
+    await old_lock.acquire()  # an earlier write still waits for its replicas
+    sync = asyncio.ensure_future(harness.sync(new_leader, {r.member_id: b"x" for r in rejoined}))
+    await until(lambda: group.members[new_leader.member_id].is_awaiting_sync, "the leader's sync")
+    await runtime.stop()  # the partition moves away and comes back: a new shard loads
+    await runtime.start()
+    await until(lambda: partition in runtime.loaded_partitions(), "the reload")
+    old_lock.release()
+    assert (await sync).error == ErrorCode.NOT_COORDINATOR
+    # The old group's failed store must not start a rebalance on the newly loaded shard.
+    assert not runtime.has_timer(partition, f"join\0{GROUP}")
+    assert harness.coordinator.describe_group(GROUP).state == "Stable"
+    assert await harness.heartbeat(stable[0]) == ErrorCode.NONE
+
+
+async def test_rebalance_while_the_leaders_sync_is_stored_sends_everyone_back_to_join(
+        harness: Harness) -> None:
+    stable = await harness.stable_group(2)
+    leader = next(r for r in stable if r.members)
+    follower = next(r for r in stable if not r.members)
+    rejoined = await asyncio.gather(harness.join(leader.member_id),
+                                    harness.join(follower.member_id))
+    new_leader = next(r for r in rejoined if r.members)
+    new_follower = next(r for r in rejoined if not r.members)
+    runtime = harness.coordinator.runtime
+    partition = harness.coordinator.partition_for(GROUP)
+    group = runtime.shard(partition).groups[GROUP]
+    lock = runtime._contexts[partition].write_lock
+    await lock.acquire()  # an earlier write still waits for its replicas
+    follower_sync = asyncio.ensure_future(harness.sync(new_follower))
+    leader_sync = asyncio.ensure_future(
+        harness.sync(new_leader, {r.member_id: b"x" for r in rejoined}))
+    await until(lambda: group.members[new_leader.member_id].is_awaiting_sync, "the leader's sync")
+    newcomer = await harness.join()
+    newcomer_join = asyncio.ensure_future(harness.join(newcomer.member_id))
+    await until(lambda: group.state.value == "PreparingRebalance", "the rebalance")
+    assert (await asyncio.wait_for(follower_sync, DEADLINE_S)).error == \
+        ErrorCode.REBALANCE_IN_PROGRESS
+    lock.release()  # the leader's stale store goes through
+    assert (await asyncio.wait_for(leader_sync, DEADLINE_S)).error == \
+        ErrorCode.REBALANCE_IN_PROGRESS
+    assert group.state.value == "PreparingRebalance"  # the stale store did not stabilise it
+    third = await asyncio.wait_for(asyncio.gather(
+        harness.join(new_leader.member_id), harness.join(new_follower.member_id),
+        newcomer_join), DEADLINE_S)
+    assert [r.error for r in third] == [NONE] * 3 and {r.generation_id for r in third} == {3}
+
+
+async def test_the_record_of_a_group_that_empties_is_the_empty_group(harness: Harness) -> None:
+    (a,) = await harness.stable_group(1)
+    await harness.coordinator.leave_group(GROUP, [(a.member_id, None)])  # Empty: stored later
+    joined = await harness.join(instance="pod-1")  # arrives before that write runs
+    assert joined.error == NONE
+    runtime = harness.coordinator.runtime
+    partition = harness.coordinator.partition_for(GROUP)
+    await runtime.stop()  # reload from the log: the group as last stored
+    await runtime.start()
+    await until(lambda: partition in runtime.loaded_partitions(), "the reload")
+    described = harness.coordinator.describe_group(GROUP)
+    assert (described.state, described.members) == ("Empty", [])
+
+
 # -- offsets -----------------------------------------------------------------------------------
 
 async def test_commit_checks_generation_and_member(harness: Harness) -> None:
@@ -407,16 +510,45 @@ async def test_commit_from_a_generation_that_is_gone_is_illegal(harness: Harness
     assert err.value.code == ErrorCode.ILLEGAL_GENERATION
 
 
-async def test_commit_during_rebalance_is_rebalance_in_progress(harness: Harness) -> None:
+async def test_commit_while_preparing_rebalance_is_accepted_for_the_current_generation(
+        harness: Harness) -> None:
     (a,) = await harness.stable_group(1)
     newcomer = await harness.join()
     pending = asyncio.ensure_future(harness.join(newcomer.member_id))
     await until(lambda: harness.coordinator.describe_group(GROUP).state == "PreparingRebalance")
-    with pytest.raises(KafkaError) as err:
-        await harness.commit(a, {("t", 0): 1})
-    assert err.value.code == ErrorCode.REBALANCE_IN_PROGRESS
+    # An eager consumer commits what it processed before it rejoins (Kafka accepts this).
+    assert await harness.commit(a, {("t", 0): 1}) == [ErrorCode.NONE]
+    assert harness.fetched() == {("t", 0): (1, "", NONE)}
     await harness.join(a.member_id)
     await pending
+
+
+async def test_commit_while_completing_rebalance_is_rebalance_in_progress(harness: Harness
+                                                                          ) -> None:
+    (a,) = await harness.stable_group(1)
+    newcomer = await harness.join()
+    pending = asyncio.ensure_future(harness.join(newcomer.member_id))
+    await until(lambda: harness.coordinator.describe_group(GROUP).state == "PreparingRebalance")
+    a2 = await harness.join(a.member_id)
+    await pending
+    assert harness.coordinator.describe_group(GROUP).state == "CompletingRebalance"
+    with pytest.raises(KafkaError) as err:
+        await harness.commit(a2, {("t", 0): 1})
+    assert err.value.code == ErrorCode.REBALANCE_IN_PROGRESS
+    assert harness.fetched() == {}
+
+
+async def test_commit_from_a_member_extends_its_session(harness: Harness) -> None:
+    (a,) = await harness.stable_group(1)
+    runtime = harness.coordinator.runtime
+    timers = runtime._contexts[harness.coordinator.partition_for(GROUP)].timers
+    key = f"heartbeat\0{GROUP}\0{a.member_id}"
+    before = timers[key].when()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await until(lambda: loop.time() > started, "the loop clock to move")
+    assert await harness.commit(a, {("t", 0): 1}) == [ErrorCode.NONE]
+    assert timers[key].when() > before
 
 
 async def test_simple_commits_need_no_group_and_metadata_round_trips(harness: Harness) -> None:
@@ -536,6 +668,9 @@ async def test_groups_and_offsets_survive_a_restart(tmp_path: Path) -> None:
     assert h.coordinator.describe_group("gone").state == "Dead"
     # Loaded members carry on with their generation, and may commit with it.
     assert await h.heartbeat(a) == ErrorCode.NONE
+    follower = b if a.members else a
+    rejoined = await h.join(follower.member_id)  # same protocols: the current generation
+    assert (rejoined.error, rejoined.generation_id) == (NONE, follower.generation_id)
     assert await h.commit(a, {("t", 0): 13}) == [ErrorCode.NONE]
     await h.stop()
     broker.stop()
@@ -566,6 +701,24 @@ async def test_offsets_of_an_empty_group_expire_after_retention(mini_broker: Min
     values = [r.value for view in plog.read(0, 1 << 24).records
               for _, records in decode_all_batches(view) for r in records]
     assert values[-2:] == [None, None]  # the offset's and the group's tombstones
+    await h.stop()
+
+
+async def test_explicit_retention_time_never_expires_offsets_a_stable_group_reads(
+        mini_broker: MiniBroker) -> None:
+    clock = Clock()
+    h = Harness(mini_broker, _config(), clock)
+    await h.start()
+    (a,) = await h.stable_group(1)  # subscribed to "t"
+    errors = await h.coordinator.commit_offsets(
+        group_id=GROUP, generation_id=a.generation_id, member_id=a.member_id,
+        group_instance_id=None, retention_time_ms=1000, api_version=2,
+        entries=[OffsetCommitEntry("t", 0, 5), OffsetCommitEntry("gone", 0, 6)])
+    assert errors == [ErrorCode.NONE, ErrorCode.NONE]
+    clock.now_ms += 5000
+    await h.coordinator.expire_offsets(h.coordinator.partition_for(GROUP))
+    # Kafka: a Stable consumer group loses only offsets of topics it no longer subscribes to.
+    assert h.fetched() == {("t", 0): (5, "", NONE)}
     await h.stop()
 
 

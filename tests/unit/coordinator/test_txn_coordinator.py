@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
-from kafka_ext.controller.quorum_controller import TopicCreation
+from kafka_ext.controller.image import TOPIC_RESOURCE
+from kafka_ext.controller.quorum_controller import ConfigChange, TopicCreation
 from kafka_ext.coordinator.txn import coordinator as coordinator_module
 from kafka_ext.coordinator.txn.coordinator import (
     TRANSACTION_STATE_TOPIC,
@@ -97,6 +100,46 @@ async def test_commit_writes_markers_and_the_last_stable_offset_passes_the_data(
     assert plog.last_stable_offset == 3
     other = broker.replica_manager.partitions[("data", 1)].log
     assert other.log_end_offset == 1  # a partition added without data gets its marker too
+
+
+async def _poll(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Yield to the loop until `condition` holds; fail with `what` after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_refused_complete_write_is_retried_while_the_shard_stays_loaded(
+        broker: MiniBroker, coordinator: TransactionCoordinator,
+        caplog: pytest.LogCaptureFixture) -> None:
+    ids = await coordinator.init_producer_id("tx", 60_000)
+    await coordinator.add_partitions_to_txn("tx", ids.producer_id, ids.producer_epoch,
+                                            [("data", 0)])
+    _produce_transactional(broker, 0, ids.producer_id, ids.producer_epoch, 0, [b"a"])
+    partition = coordinator.partition_for("tx")
+    # Log PrepareCommit without starting the markers, then make __transaction_state refuse
+    # every batch (max.message.bytes=1: MESSAGE_TOO_LARGE, which Kafka's coordinator retries).
+    prepared = await coordinator.runtime.write(partition, lambda s: s.end_transaction(
+        "tx", ids.producer_id, ids.producer_epoch, True, coordinator_module.now_ms()))
+    await broker.controller.alter_configs(
+        TOPIC_RESOURCE, TRANSACTION_STATE_TOPIC, [ConfigChange("max.message.bytes", 0, "1")],
+        False)
+    caplog.set_level(logging.INFO, logger=coordinator_module.__name__)
+    assert prepared.metadata is not None
+    coordinator._start_completion(partition, prepared.metadata)
+    plog = broker.replica_manager.partitions[("data", 0)].log
+    await _poll(lambda: plog.last_stable_offset == 2, "the COMMIT marker")
+    await _poll(lambda: any("tx" in r.getMessage() for r in caplog.records),
+                "the refused CompleteCommit write")
+    assert coordinator.describe("tx").state == S.PREPARE_COMMIT
+    await broker.controller.alter_configs(
+        TOPIC_RESOURCE, TRANSACTION_STATE_TOPIC, [ConfigChange("max.message.bytes", 1, None)],
+        False)
+    await _poll(lambda: coordinator.describe("tx").state == S.COMPLETE_COMMIT,
+                "CompleteCommit logged by a retry")
+    await _settle(coordinator)
+    assert plog.log_end_offset == 2  # the data and one COMMIT marker: no marker written twice
 
 
 async def test_a_partition_deleted_during_the_transaction_does_not_hold_its_end(

@@ -18,7 +18,7 @@ from kafka_ext.protocol.records import Record, build_batch
 from kafka_ext.replication.replica_manager import ReplicaManager
 from kafka_ext.storage.log_cleaner import CleanerConfig, LogCleaner
 from kafka_ext.storage.log_config import LogConfig
-from kafka_ext.storage.log_manager import LogManager
+from kafka_ext.storage.log_manager import DiskUsage, LogManager
 from kafka_ext.storage.replica_mover import (
     MIN_CHUNK_BYTES,
     MoveThrottle,
@@ -277,6 +277,20 @@ def test_placement_never_picks_an_offline_dir(tmp_path: Path, policy: str) -> No
     assert placed <= {dirs[0].resolve(), dirs[2].resolve()}
     if policy == "fewest-partitions":
         assert placed == {dirs[0].resolve(), dirs[2].resolve()}
+
+
+def test_most_free_bytes_placement_uses_the_space_measured_off_the_loop(tmp_path: Path) -> None:
+    dirs = [(tmp_path / "a").resolve(), (tmp_path / "b").resolve()]
+    manager = LogManager(dirs, node_id=1, cluster_id=CLUSTER)
+    manager.placement_policy = "most-free-bytes"
+    manager.load()  # measures once; the broker re-measures in its executor every second
+    assert set(manager.disk_usage) == set(dirs)
+    assert all(0 < u.usable_bytes <= u.total_bytes for u in manager.disk_usage.values())
+    manager.disk_usage = {dirs[0]: DiskUsage(100, 10), dirs[1]: DiskUsage(100, 90)}
+    assert manager.create_log("t", 0).dir.parent == dirs[1]
+    manager.disk_usage = {dirs[0]: DiskUsage(100, 90)}  # b could not be measured
+    assert manager.create_log("t", 1).dir.parent == dirs[0]
+    manager.close()
 
 
 def test_a_failed_dir_drops_its_logs_and_they_are_never_recreated(tmp_path: Path) -> None:
