@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kafka_ext.coordinator.group.coordinator import GROUP_METADATA_TOPIC
 from kafka_ext.coordinator.txn.coordinator import ProducerIdAndEpoch
-from kafka_ext.coordinator.txn.markers import CONSUMER_OFFSETS_TOPIC, write_txn_marker
+from kafka_ext.coordinator.txn.markers import write_txn_marker
 from kafka_ext.coordinator.txn.metadata import TopicPartition, TransactionState
 from kafka_ext.network.connection import CloseConnection
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
@@ -135,7 +136,7 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
         partition = ctx.broker.group_coordinator.partition_for(request.group_id)
         await ctx.broker.txn_coordinator.add_partitions_to_txn(
             request.transactional_id, request.producer_id, request.producer_epoch,
-            [(CONSUMER_OFFSETS_TOPIC, partition)])
+            [(GROUP_METADATA_TOPIC, partition)])
     except KafkaError as exc:
         return Response(error_code=_code(exc, "AddOffsetsToTxn", ctx.api_version))
     return Response(error_code=0)

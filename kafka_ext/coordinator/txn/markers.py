@@ -8,10 +8,9 @@ transaction's offsets visible or drop them; every other partition gets a control
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+from kafka_ext.coordinator.group.coordinator import GROUP_METADATA_TOPIC
 
 
 async def write_txn_marker(broker: Any, topic: str, partition: int, producer_id: int,
@@ -21,11 +20,9 @@ async def write_txn_marker(broker: Any, topic: str, partition: int, producer_id:
     Raises KafkaError with the partition's error (NOT_LEADER_OR_FOLLOWER,
     UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, ...).
     """
-    if topic == CONSUMER_OFFSETS_TOPIC:
+    if topic == GROUP_METADATA_TOPIC:
         await broker.group_coordinator.complete_transaction(
             partition, producer_id, producer_epoch, coordinator_epoch, committed)
         return
-    outcome = broker.replica_manager.append_control_batch(
+    broker.replica_manager.append_control_batch(
         topic, partition, producer_id, producer_epoch, coordinator_epoch, committed)
-    if inspect.isawaitable(outcome):  # the storage side may make it a coroutine
-        await outcome
