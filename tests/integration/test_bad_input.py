@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from kafka_ext.client.probe import read_response, recv_exact, round_trip
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import DecodeError, ErrorCode
 from kafka_ext.protocol.framing import SIZE, decode_request_header, decode_response, encode_request
@@ -55,30 +56,6 @@ _PREFIX_ONLY = struct.Struct(">ihhi")  # size, api_key, api_version, correlation
 
 def connect(broker: Any) -> socket.socket:
     return socket.create_connection(("127.0.0.1", broker.port), timeout=ANSWER_TIMEOUT_S)
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(data)} of {n} bytes")
-        data += chunk
-    return bytes(data)
-
-
-def read_response(sock: socket.socket, api_key: int, version: int) -> tuple[int, Any]:
-    """(correlation_id, body) of the next response frame on sock."""
-    size = SIZE.unpack(recv_exact(sock, 4))[0]
-    return decode_response(recv_exact(sock, size), api_key, version)
-
-
-def round_trip(sock: socket.socket, api_key: int, version: int, body: Any,
-               correlation_id: int = 1) -> Any:
-    sock.sendall(encode_request(api_key, version, correlation_id, "bad-input-tests", body))
-    got_id, response = read_response(sock, api_key, version)
-    assert got_id == correlation_id
-    return response
 
 
 def api_versions_request() -> Any:

@@ -18,8 +18,8 @@ from typing import Any
 import confluent_kafka
 import pytest
 
+from kafka_ext.client.probe import round_trip
 from kafka_ext.protocol.api_keys import ApiKey
-from kafka_ext.protocol.framing import SIZE, decode_response, encode_request
 from kafka_ext.protocol.messages import registry
 from tests.integration.clients import create_topic, new_topic_name, wait_until
 from tests.integration.kip848_member import consumer_config
@@ -93,20 +93,9 @@ def describe(port: int, group: str) -> Any:
     request = registry()["ConsumerGroupDescribeRequest"].cls(
         group_ids=[group], include_authorized_operations=False)
     with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as sock:
-        sock.sendall(encode_request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 5, "kip848", request))
-        (size,) = SIZE.unpack(_recv(sock, SIZE.size))
-        _, response = decode_response(_recv(sock, size), ApiKey.CONSUMER_GROUP_DESCRIBE, 0)
+        response = round_trip(sock, ApiKey.CONSUMER_GROUP_DESCRIBE, 0, request)
     (described,) = response.groups
     return described
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "connection closed"
-        data += chunk
-    return data
 
 
 @pytest.fixture

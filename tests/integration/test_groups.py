@@ -27,9 +27,9 @@ import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from kafka_ext.client.probe import round_trip
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode
-from kafka_ext.protocol.framing import SIZE, decode_response, encode_request
 from kafka_ext.protocol.messages import registry
 from tests.integration.clients import (
     create_topic,
@@ -254,24 +254,6 @@ class raw_connection:  # noqa: N801 - used as a context manager, like `open`
 
     def __exit__(self, *exc: object) -> None:
         self.sock.close()
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(data)} of {n} bytes")
-        data += chunk
-    return bytes(data)
-
-
-def round_trip(sock: socket.socket, api_key: int, version: int, body: Any) -> Any:
-    sock.sendall(encode_request(api_key, version, 7, "group-tests", body))
-    (size,) = SIZE.unpack(_recv_exact(sock, 4))
-    correlation_id, response = decode_response(_recv_exact(sock, size), api_key, version)
-    assert correlation_id == 7
-    return response
 
 
 def join(sock: socket.socket, group: str, member_id: str, protocol_type: str,

@@ -14,8 +14,8 @@ from typing import Any
 
 import confluent_kafka
 
+from kafka_ext.client.probe import round_trip
 from kafka_ext.protocol.errors import ErrorCode
-from kafka_ext.protocol.framing import SIZE, decode_response, encode_request
 from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.records import build_batch, decode_all_batches, records_for
 from tests.integration.clients import (
@@ -48,23 +48,9 @@ def _connect(broker: Any) -> socket.socket:
     return socket.create_connection(("127.0.0.1", broker.port), timeout=ANSWER_TIMEOUT_S)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(data)} of {n} bytes")
-        data += chunk
-    return bytes(data)
-
-
 def _round_trip(broker: Any, api_key: int, version: int, body: Any) -> Any:
     with _connect(broker) as sock:
-        sock.sendall(encode_request(api_key, version, 1, "idempotence-tests", body))
-        size = SIZE.unpack(_recv_exact(sock, 4))[0]
-        correlation_id, response = decode_response(_recv_exact(sock, size), api_key, version)
-    assert correlation_id == 1
-    return response
+        return round_trip(sock, api_key, version, body)
 
 
 def _batch(producer_id: int, seq: int, values: list[bytes], *, epoch: int = 0,

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from kafka_ext.client.probe import recv_exact
+from kafka_ext.client.probe import round_trip
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode
-from kafka_ext.protocol.framing import SIZE, decode_response, encode_request
 from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.records import Record, build_batch
 from tests.integration.clients import create_topic, new_topic_name
@@ -37,11 +36,7 @@ class WireClient:
     def call(self, api_key: int, version: int, **fields: Any) -> Any:
         self.correlation_id += 1
         body = _reg.requests[api_key].cls(**fields)
-        self.sock.sendall(encode_request(api_key, version, self.correlation_id, "txn-wire", body))
-        (size,) = SIZE.unpack(recv_exact(self.sock, 4))
-        correlation_id, response = decode_response(recv_exact(self.sock, size), api_key, version)
-        assert correlation_id == self.correlation_id
-        return response
+        return round_trip(self.sock, api_key, version, body, self.correlation_id)
 
     def coordinator_ready(self, transactional_id: str) -> None:
         """FindCoordinator creates __transaction_state, as clients trigger it."""
