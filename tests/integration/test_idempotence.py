@@ -302,21 +302,7 @@ def test_confluent_idempotent_producer_delivers_each_message_once_in_order(broke
         producer.poll(0)
     assert producer.flush(CONSUME_TIMEOUT_S) == 0
     assert not errors, errors[:5]
-    consumer = confluent_consumer(broker.bootstrap, {"isolation.level": "read_committed"})
-    consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
-    values: list[bytes] = []
-
-    def all_read() -> bool:
-        for msg in consumer.consume(1000, timeout=0.5):
-            assert msg.error() is None, msg.error()
-            values.append(msg.value())
-        return len(values) >= count
-
-    try:
-        wait_until(all_read, CONSUME_TIMEOUT_S, f"{count} messages")
-    finally:
-        consumer.close()
-    assert values == [b"m%d" % i for i in range(count)]
+    assert _read_partition_0(broker, topic, count) == [b"m%d" % i for i in range(count)]
 
 
 def test_confluent_retries_across_a_broker_kill_9_write_each_message_once(broker: Any) -> None:
@@ -354,10 +340,15 @@ def test_confluent_retries_across_a_broker_kill_9_write_each_message_once(broker
     send(2 * per_round)
     assert producer.flush(CONSUME_TIMEOUT_S) == 0
     assert not errors, errors[:5]
+    count = 3 * per_round
+    assert _read_partition_0(broker, topic, count) == [b"m%d" % i for i in range(count)]
+
+
+def _read_partition_0(broker: Any, topic: str, count: int) -> list[bytes]:
+    """The first `count` values of partition 0, read_committed, from the beginning."""
     consumer = confluent_consumer(broker.bootstrap, {"isolation.level": "read_committed"})
     consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
     values: list[bytes] = []
-    count = 3 * per_round
 
     def all_read() -> bool:
         for msg in consumer.consume(1000, timeout=0.5):
@@ -369,4 +360,4 @@ def test_confluent_retries_across_a_broker_kill_9_write_each_message_once(broker
         wait_until(all_read, CONSUME_TIMEOUT_S, f"{count} messages")
     finally:
         consumer.close()
-    assert values == [b"m%d" % i for i in range(count)]
+    return values
