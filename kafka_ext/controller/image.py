@@ -26,6 +26,13 @@ class PartitionImage:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    # Diskless topics: the partition of __diskless_metadata whose coordinator owns this
+    # partition (PartitionRecord's DisklessCoordinator tag); -1 for a classic partition.
+    diskless_coordinator: int = -1
+
+    @property
+    def is_diskless(self) -> bool:
+        return self.diskless_coordinator >= 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -154,7 +161,7 @@ def _apply_topic(delta: MetadataDelta, record: Any) -> None:
 def _apply_partition(delta: MetadataDelta, record: Any) -> None:
     delta.partitions_of(record.topic_id)[record.partition_id] = PartitionImage(
         record.partition_id, tuple(record.replicas), tuple(record.isr), record.leader,
-        record.leader_epoch, record.partition_epoch)
+        record.leader_epoch, record.partition_epoch, record.diskless_coordinator)
 
 
 def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:

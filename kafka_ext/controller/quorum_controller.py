@@ -47,6 +47,13 @@ TopicConfigValidator = Callable[[str, str], str]
 
 # Topics only the broker itself may create.
 RESERVED_TOPICS = frozenset({METADATA_TOPIC})
+# KIP-1164: a coordinator id is a partition of this topic (the same name as
+# coordinator.diskless.DISKLESS_METADATA_TOPIC, which imports this module, hence the copy).
+DISKLESS_METADATA_TOPIC = "__diskless_metadata"
+DISKLESS_ENABLE_CONFIG = "diskless.enable"
+# The coordinators' own topics keep local logs.
+_NEVER_DISKLESS = frozenset({METADATA_TOPIC, DISKLESS_METADATA_TOPIC, "__consumer_offsets",
+                             "__transaction_state"})
 
 
 def check_topic_name(name: str) -> None:
@@ -91,18 +98,41 @@ class ConfigChange:
     value: str | None
 
 
+def diskless_coordinator_of(topic_id: uuid.UUID, partition: int, coordinators: int) -> int:
+    """The coordinator of a new diskless partition: round robin from a per-topic start.
+
+    The start comes from the topic id, so small topics do not all land on coordinator 0, and
+    partitions added later continue the same round robin.
+    """
+    return (topic_id.int + partition) % coordinators
+
+
+def _check_diskless_configs(topic: str, configs: dict[str, str]) -> None:
+    """KIP-1150: diskless topics are not compacted, and internal topics are never diskless."""
+    if configs.get(DISKLESS_ENABLE_CONFIG) != "true":
+        return
+    if topic in _NEVER_DISKLESS:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"internal topic {topic} cannot be diskless")
+    if "compact" in configs.get("cleanup.policy", "").split(","):
+        raise KafkaError(ErrorCode.INVALID_CONFIG,
+                         "diskless topics cannot be compacted (cleanup.policy=compact)")
+
+
 class QuorumController:
     """Owns `__cluster_metadata`; guarded by its lock."""
 
     def __init__(self, node_id: int, metadata_log: Any, *, default_partitions: int,
                  default_replication_factor: int, validate_topic_config: TopicConfigValidator,
-                 run_blocking: Callable[[Callable[[], Any]], Awaitable[Any]]) -> None:
+                 run_blocking: Callable[[Callable[[], Any]], Awaitable[Any]],
+                 diskless_coordinators: int = 10) -> None:
         self.node_id = node_id
         self.log = metadata_log
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
         self.validate_topic_config = validate_topic_config
         self.run_blocking = run_blocking
+        # diskless.metadata.topic.num.partitions: used until __diskless_metadata exists.
+        self.diskless_coordinators = diskless_coordinators
         self.image = MetadataImage()
         self.listeners: list[ImageListener] = []
         self.live_brokers: set[int] = {node_id}
@@ -207,13 +237,15 @@ class QuorumController:
                                  f"because only {len(self.live_brokers)} broker(s) are registered.")
             assignments = self._place(partitions, factor)
         configs = self._validated_configs(creation.configs)
+        _check_diskless_configs(creation.name, configs)
         topic_id = uuid.uuid4()
         result.topic_id = topic_id
         result.num_partitions = len(assignments)
         result.replication_factor = len(assignments[0])
         result.configs = configs
+        coordinators = self._diskless_coordinator_count(configs)
         records: list[Any] = [self._record("TopicRecord", name=creation.name, topic_id=topic_id)]
-        records += [self._partition_record(topic_id, p, replicas)
+        records += [self._partition_record(topic_id, p, replicas, coordinators)
                     for p, replicas in sorted(assignments.items())]
         records += [self._record("ConfigRecord", resource_type=TOPIC_RESOURCE,
                                  resource_name=creation.name, name=k, value=v)
@@ -246,10 +278,27 @@ class QuorumController:
         return {p: [brokers[(p + i) % len(brokers)] for i in range(factor)]
                 for p in range(first, first + partitions)}
 
-    def _partition_record(self, topic_id: uuid.UUID, partition: int, replicas: list[int]) -> Any:
+    def _partition_record(self, topic_id: uuid.UUID, partition: int, replicas: list[int],
+                          diskless_coordinators: int = 0) -> Any:
+        """A new partition; of a diskless topic (coordinators > 0) mapped to its coordinator."""
+        coordinator = (diskless_coordinator_of(topic_id, partition, diskless_coordinators)
+                       if diskless_coordinators > 0 else -1)
         return self._record("PartitionRecord", partition_id=partition, topic_id=topic_id,
                             replicas=list(replicas), isr=list(replicas), leader=replicas[0],
-                            leader_epoch=0, partition_epoch=0)
+                            leader_epoch=0, partition_epoch=0, diskless_coordinator=coordinator)
+
+    def _diskless_coordinator_count(self, configs: dict[str, str]) -> int:
+        """How many coordinators the partitions of a topic with `configs` spread over; 0: classic.
+
+        The partitions of __diskless_metadata once it exists (as Kafka's coordinators use the
+        topic's partition count, not the config, after creation), else the configured count.
+        """
+        if configs.get(DISKLESS_ENABLE_CONFIG) != "true":
+            return 0
+        existing = self.image.topics_by_name.get(DISKLESS_METADATA_TOPIC)
+        if existing is not None and existing.partitions:
+            return len(existing.partitions)
+        return self.diskless_coordinators
 
     def _validated_configs(self, configs: dict[str, str | None]) -> dict[str, str]:
         out = {}
@@ -309,7 +358,9 @@ class QuorumController:
                                  "Excessively large number of partitions per request.")
             if validate_only:
                 return
-            await self._commit([self._partition_record(topic.topic_id, p, r)
+            coordinators = (self._diskless_coordinator_count(self.image.topic_configs(topic_name))
+                            if any(p.is_diskless for p in topic.partitions.values()) else 0)
+            await self._commit([self._partition_record(topic.topic_id, p, r, coordinators)
                                 for p, r in sorted(new.items())])
 
     # -- configs -----------------------------------------------------------------------------
@@ -362,6 +413,13 @@ class QuorumController:
                     desired[name] = self.validate_topic_config(name, value)
                 except ConfigError as exc:
                     raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+            for name in desired.keys() | current.keys():  # diskless.enable: fixed at creation
+                definition = TOPIC_CONFIGS.get(name)
+                if (definition is not None and definition.create_only
+                        and desired.get(name) != current.get(name)):
+                    raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                     f"{name} can only be set when the topic is created")
+            _check_diskless_configs(rname, desired)
         elif desired.keys() <= DYNAMIC_BROKER_CONFIGS:  # JBOD: intra.broker.throttled.rate
             for name, value in list(desired.items()):
                 try:

@@ -5,7 +5,8 @@ Mirrors Kafka's CoordinatorRuntime (KIP-848's rewrite): one shard per partition 
 leader lives. A shard is rebuilt by replaying its partition's log when this node becomes leader
 and dropped when it stops being leader. Every change is an operation that validates against the
 shard, returns records and a response; the runtime appends the records as one batch, replays
-them into the shard, waits for the high watermark, then answers. Nothing here is tenant-specific.
+them into the shard, releases the shard's write lock, waits for the high watermark, tells the
+shard what is now committed (`on_committed`), then answers. Nothing here is tenant-specific.
 Everything runs on the broker's event loop.
 """
 
@@ -71,6 +72,16 @@ class CoordinatorShard(Protocol):
     def on_unloaded(self) -> None:
         """Called when the shard is dropped (partition deleted or no longer led here)."""
 
+    def on_committed(self, committed_offset: int) -> None:
+        """Records below `committed_offset` are replicated (the high watermark passed them).
+
+        Called after each write's high watermark wait and once the load replay is done. Optional
+        (a shard without it keeps everything in memory); the diskless tenant applies its
+        pending records to SQLite here. A shard may also define
+        `async def prepare_load(self, log_start_offset: int, log_end_offset: int) -> int`:
+        restore local state before the load replay and return the first offset to replay.
+        """
+
 
 S = TypeVar("S", bound=CoordinatorShard)
 
@@ -121,13 +132,16 @@ class CoordinatorRuntime(Generic[S]):
 
     def __init__(self, broker: Any, topic: str, num_partitions: int,
                  topic_configs: dict[str, str], shard_factory: Callable[[int], S], *,
-                 replication_factor: int = -1) -> None:
+                 replication_factor: int = -1, pipelined: bool = False) -> None:
         self.broker = broker
         self.topic = topic
         self.num_partitions = num_partitions
         self.topic_configs = dict(topic_configs)
         self.replication_factor = replication_factor
         self.shard_factory = shard_factory
+        # True: a write yields once after appending, before it waits and applies (the diskless
+        # tenant, whose on_committed is a SQLite transaction worth sharing between writes).
+        self.pipelined = pipelined
         self._contexts: dict[int, _ShardContext[S]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._started = False
@@ -202,11 +216,14 @@ class CoordinatorRuntime(Generic[S]):
                     transactional: bool = False) -> T:
         """Run `op` on the shard, append its records as one batch, replay them, answer.
 
-        Writes to one shard run one at a time in call order (the lock is FIFO), so each `op`
-        sees every earlier write applied. `op` must not change the shard itself.
+        Writes to one shard validate and append one at a time in call order (the lock is FIFO),
+        so each `op` sees every earlier write replayed. The lock is released before the high
+        watermark wait: a later write validates against this one's pending records while they
+        replicate (KIP-1164's pipelining). `op` must not change the shard itself.
         """
         ctx = self._loaded_context(partition)
-        async with ctx.write_lock:
+        await ctx.write_lock.acquire()
+        try:
             self._check_current(ctx)
             result = op(ctx.shard)
             if not result.records:
@@ -223,8 +240,21 @@ class CoordinatorRuntime(Generic[S]):
                 replay_epoch = producer_epoch if transactional else -1
                 for i, (key, value) in enumerate(result.records):
                     ctx.shard.replay(info.first_offset + i, replay_pid, replay_epoch, key, value)
-            await self._await_high_watermark(ctx, info.last_offset + 1)
-            return result.response
+            else:
+                # The tenant applies this state itself once the write returns (classic group
+                # metadata): later writes must not validate before that, so the lock stays held.
+                await self._await_high_watermark(ctx, info.last_offset + 1)
+                self._committed(ctx)
+                return result.response
+        finally:
+            ctx.write_lock.release()
+        if self.pipelined:
+            # Let the writes queued behind this one append first: on one node the high
+            # watermark is already here, and their records reach on_committed together.
+            await asyncio.sleep(0)
+        await self._await_high_watermark(ctx, info.last_offset + 1)
+        self._committed(ctx)
+        return result.response
 
     async def write_end_transaction(self, partition: int, producer_id: int, producer_epoch: int,
                                     coordinator_epoch: int, committed: bool) -> int:
@@ -235,8 +265,28 @@ class CoordinatorRuntime(Generic[S]):
             offset = self._append_marker(partition, producer_id, producer_epoch,
                                          coordinator_epoch, committed)
             ctx.shard.replay_end_transaction(producer_id, producer_epoch, committed, offset)
-            await self._await_high_watermark(ctx, offset + 1)
-            return offset
+        await self._await_high_watermark(ctx, offset + 1)
+        self._committed(ctx)
+        return offset
+
+    async def wait_committed(self, partition: int) -> None:
+        """For strict reads: wait until every record appended so far is replicated and the shard
+        has been told (on_committed), so the read reflects all earlier writes."""
+        ctx = self._loaded_context(partition)
+        hosted = self.broker.replica_manager.partitions.get((self.topic, partition))
+        if hosted is None:
+            return
+        await self._await_high_watermark(ctx, hosted.log.log_end_offset)
+        self._committed(ctx)
+
+    def _committed(self, ctx: _ShardContext[S]) -> None:
+        """Tell the shard how far its partition is replicated (its high watermark)."""
+        on_committed = getattr(ctx.shard, "on_committed", None)
+        if on_committed is None:
+            return
+        hosted = self.broker.replica_manager.partitions.get((self.topic, ctx.partition))
+        if hosted is not None:
+            on_committed(hosted.log.high_watermark)
 
     def _append(self, partition: int, batch: bytes) -> Any:
         """Append to the local leader (ReplicaManager.append_records is synchronous)."""
@@ -357,7 +407,8 @@ class CoordinatorRuntime(Generic[S]):
                                               self.shard_factory(partition))
         self._contexts[partition] = ctx
         hosted = self.broker.replica_manager.partitions.get((self.topic, partition))
-        if hosted is not None and hosted.log.log_end_offset <= hosted.log.log_start_offset:
+        if (hosted is not None and hosted.log.log_end_offset <= hosted.log.log_start_offset
+                and not hasattr(ctx.shard, "prepare_load")):
             self._finish_load(ctx)  # an empty log: usable at once, no task needed
             return
         ctx.load_task = self.spawn(self._load_logged(ctx))
@@ -374,6 +425,7 @@ class CoordinatorRuntime(Generic[S]):
 
     def _finish_load(self, ctx: _ShardContext[S]) -> None:
         ctx.loaded = True
+        self._committed(ctx)
         ctx.shard.on_loaded()
 
     async def _replay_log(self, ctx: _ShardContext[S]) -> None:
@@ -388,6 +440,10 @@ class CoordinatorRuntime(Generic[S]):
         plog = hosted.log
         offset = plog.log_start_offset
         end = plog.log_end_offset
+        prepare_load = getattr(ctx.shard, "prepare_load", None)
+        if prepare_load is not None:
+            offset = max(offset, await prepare_load(offset, end))
+            end = plog.log_end_offset
         count = 0
         while offset < end:
             if self._contexts.get(ctx.partition) is not ctx:
@@ -408,6 +464,11 @@ class CoordinatorRuntime(Generic[S]):
                 log.error("loading %s-%d stopped at offset %d: the log read made no progress",
                           self.topic, ctx.partition, offset)
                 break
+            # What the chunk replayed below the high watermark is committed: a tenant that
+            # applies committed records (diskless) does so per chunk, not all at the end.
+            on_committed = getattr(ctx.shard, "on_committed", None)
+            if on_committed is not None:
+                on_committed(min(offset, plog.high_watermark))
             await asyncio.sleep(0)
         if self._contexts.get(ctx.partition) is not ctx:
             return

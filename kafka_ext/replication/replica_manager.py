@@ -73,16 +73,22 @@ class ReplicaManager:
         # Partitions the metadata gives us whose log could not be opened (e.g. out of fds).
         self.storage_errors: dict[TopicPartition, str] = {}
         self._data_waiters: dict[TopicPartition, set[asyncio.Event]] = {}
+        # The last image applied: tells a diskless partition (no log here) from an unknown one.
+        self._image = MetadataImage()
         # (log, error) of a failed disk write; the broker takes the log's dir offline (KIP-112).
         self.on_storage_error: Callable[[Any, OSError], None] = lambda plog, exc: None
 
     # -- metadata changes --------------------------------------------------------------------
 
     def apply_image(self, old: MetadataImage | None, new: MetadataImage) -> None:
-        """Create logs for new partitions, delete logs of removed topics, refresh configs."""
+        """Create logs for new partitions, delete logs of removed topics, refresh configs.
+
+        Diskless partitions get no log: their data lives in WAL objects (kafka_ext.diskless).
+        """
+        self._image = new
         for topic in new.topics_by_name.values():
             for part in topic.partitions.values():
-                if self.node_id in part.replicas:
+                if self.node_id in part.replicas and not part.is_diskless:
                     tp = (topic.name, part.partition_id)
                     try:
                         self._ensure_partition(topic, part)
@@ -102,6 +108,8 @@ class ReplicaManager:
             self._remove_partition(tp)
         for tp in [tp for tp in self.storage_errors if tp[0] not in new.topics_by_name]:
             del self.storage_errors[tp]
+        for tp in [tp for tp in self._data_waiters if tp[0] not in new.topics_by_name]:
+            self._notify_data(tp)  # fetches long-polling a deleted diskless topic see the error
 
     def _ensure_partition(self, topic: TopicImage, part: PartitionImage) -> None:
         tp = (topic.name, part.partition_id)
@@ -134,9 +142,21 @@ class ReplicaManager:
 
     # -- produce -----------------------------------------------------------------------------
 
+    def is_diskless(self, topic: str, partition: int) -> bool:
+        """Whether the current metadata maps this partition to a diskless coordinator."""
+        known = self._image.topics_by_name.get(topic)
+        part = known.partitions.get(partition) if known is not None else None
+        return part is not None and part.is_diskless
+
     def leader_partition(self, topic: str, partition: int) -> Partition:
         hosted = self.partitions.get((topic, partition))
         if hosted is None:
+            if self.is_diskless(topic, partition):
+                # Produce/fetch/ListOffsets route these to the diskless path first; a classic
+                # path reaching here is a bug, and NOT_LEADER would make clients retry forever.
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"{topic}-{partition}: diskless partition served by the "
+                                 "diskless path")
             if (topic, partition) in self.storage_errors:
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
                                  self.storage_errors[(topic, partition)])
@@ -200,6 +220,10 @@ class ReplicaManager:
         return int(info.first_offset)
 
     # -- fetch -------------------------------------------------------------------------------
+
+    def notify_data(self, topic: str, partition: int) -> None:
+        """Wake fetches waiting on a partition whose data lives elsewhere (diskless topics)."""
+        self._notify_data((topic, partition))
 
     def _notify_data(self, tp: TopicPartition) -> None:
         waiters = self._data_waiters.pop(tp, None)

@@ -39,6 +39,9 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
         creations.append(TopicCreation(t.name, t.num_partitions, t.replication_factor,
                                        assignments, configs))
     results = await ctx.broker.controller.create_topics(creations, request.validate_only)
+    if not request.validate_only:
+        await ctx.broker.diskless.ensure_registered(
+            r.name for r in results if r.error == ErrorCode.NONE)
     topics = []
     for r in results:
         entry = Response.CreatableTopicResult(
@@ -95,6 +98,8 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
                            if t.assignments is not None else None)
             await ctx.broker.controller.create_partitions(t.name, t.count, assignments,
                                                           request.validate_only)
+            if not request.validate_only:
+                await ctx.broker.diskless.ensure_registered([t.name])
         except KafkaError as exc:
             result.error_code, result.error_message = int(exc.code), exc.message or None
         results.append(result)
@@ -112,6 +117,11 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
             result = Response.DeleteRecordsPartitionResult(partition_index=p.partition_index,
                                                            low_watermark=-1, error_code=0)
             try:
+                if ctx.broker.diskless.is_diskless(t.name, p.partition_index):
+                    result.low_watermark = await ctx.broker.diskless.delete_records(
+                        t.name, p.partition_index, p.offset)
+                    partitions.append(result)
+                    continue
                 hosted = replicas.leader_partition(t.name, p.partition_index)
                 plog = hosted.log
                 offset = plog.high_watermark if p.offset == -1 else p.offset

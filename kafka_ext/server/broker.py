@@ -25,8 +25,10 @@ from typing import Any, TypeVar
 from kafka_ext.controller.image import MetadataImage
 from kafka_ext.controller.metadata_log import METADATA_TOPIC, METADATA_TOPIC_ID
 from kafka_ext.controller.quorum_controller import QuorumController
+from kafka_ext.coordinator.diskless import DisklessCoordinator
 from kafka_ext.coordinator.group.coordinator import GroupConfig, GroupCoordinator
 from kafka_ext.coordinator.txn.coordinator import TransactionCoordinator
+from kafka_ext.diskless.service import DisklessService
 from kafka_ext.network.server import SocketServer
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.messages import registry
@@ -34,6 +36,7 @@ from kafka_ext.replication.replica_manager import ReplicaManager
 from kafka_ext.server import (
     admin,
     api_versions,
+    diskless,
     fetch,
     groups,
     list_offsets,
@@ -106,8 +109,13 @@ class Broker:
         self.controller: QuorumController = None  # type: ignore[assignment]  # set in start()
         self.txn_coordinator = TransactionCoordinator(self)
         self.group_coordinator = GroupCoordinator(self, GroupConfig.from_broker_config(config))
+        # Diskless topics (docs/diskless.md): the coordinators of __diskless_metadata, and the
+        # broker side (WAL writer, object cache, orphan scanner) that uses them.
+        self.diskless_coordinator = DisklessCoordinator(self)
+        self.diskless = DisklessService(self)
         self.bound_ports: list[int] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[Any]] = set()
         self._stopped = asyncio.Event()
         self._register_handlers()
 
@@ -151,11 +159,19 @@ class Broker:
             ApiKey.TXN_OFFSET_COMMIT: groups.handle_txn_offset_commit,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.handle_consumer_group_heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
+            **diskless.HANDLERS,  # KIP-1164 coordinator APIs 93-98, 100
         }
         for key, handler in handlers.items():
             self.dispatcher.register(key, handler)
 
     # -- helpers for handlers ----------------------------------------------------------------
+
+    def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        """Run request work nobody awaits (acks=0 diskless appends); stop() waits for it."""
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     async def run_blocking(self, fn: Callable[[], T]) -> T:
         """Run a blocking call (fsync, directory removal) off the event loop."""
@@ -201,7 +217,8 @@ class Broker:
         self.controller = QuorumController(
             self.node_id, metadata_log, default_partitions=self.config.num_partitions,
             default_replication_factor=self.config.default_replication_factor,
-            validate_topic_config=self.normalise_topic_config, run_blocking=self.run_blocking)
+            validate_topic_config=self.normalise_topic_config, run_blocking=self.run_blocking,
+            diskless_coordinators=self.config.diskless_metadata_topic_num_partitions)
         await self.run_blocking(self.controller.load)
         await self.controller.bootstrap()
         self.log_dir_failures.mark_unlocatable_partitions(self.controller.image)
@@ -210,6 +227,8 @@ class Broker:
         self.controller.listeners.append(self.replica_manager.apply_image)
         await self.txn_coordinator.start()  # after the replica manager's listener: shards need logs
         await self.group_coordinator.start()
+        await self.diskless_coordinator.start()
+        await self.diskless.start()
         await log_dirs.start_jbod(self)
         for listener in self.config.listeners:
             self.bound_ports.append(await self.socket_server.listen(listener.host, listener.port))
@@ -234,14 +253,16 @@ class Broker:
                  self.node_id, self.cluster_id, self.bound_ports)
 
     def _delete_stray_logs(self) -> None:
-        """Logs of topics the metadata no longer has (deleted while we were down)."""
+        """Logs of topics the metadata no longer has (deleted while we were down), and of
+        partitions now diskless (a classic topic of the same name was deleted meanwhile)."""
         image = self.controller.image
         for plog in list(self.log_manager.all_logs()):
             topic, partition = plog.topic, plog.partition
             if topic == METADATA_TOPIC:
                 continue
             known = image.topics_by_name.get(topic)
-            if known is None or partition not in known.partitions:
+            if (known is None or partition not in known.partitions
+                    or known.partitions[partition].is_diskless):
                 log.info("deleting stray log %s-%d", topic, partition)
                 self._remove_dir_later(self.log_manager.detach_log(topic, partition))
 
@@ -249,6 +270,10 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await self.socket_server.close()
+        await self.diskless.stop()  # flushes the WAL buffer: its producers get their answers
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        await self.diskless_coordinator.stop()
         await self.txn_coordinator.stop()
         await self.group_coordinator.stop()
         await self.replica_mover.close()

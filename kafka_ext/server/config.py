@@ -640,6 +640,15 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
     _d("diskless.wal.max.ms", _L, 250,
        "A diskless WAL object is uploaded at the latest this long after its first batch.", "ms",
        at_least(1)),
+    _d("diskless.file.deletion.grace.ms", _L, 60000,
+       "A WAL object no coordinator needs any more is deleted this long after, so that "
+       "consumers reading it can finish.", "ms", at_least(0)),
+    _d("diskless.fetch.cache.max.bytes", _L, 256 * MIB,
+       "Bytes of WAL objects a broker keeps in memory for diskless fetches.", "bytes",
+       at_least(0)),
+    _d("diskless.metadata.snapshot.interval.records", _L, 100000,
+       "A diskless coordinator snapshots its SQLite state and prunes its __diskless_metadata "
+       "partition after this many new records.", "records", at_least(1)),
 )
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
@@ -967,6 +976,9 @@ class BrokerConfig:
     diskless_storage_url: str
     diskless_wal_max_bytes: int
     diskless_wal_max_ms: int
+    diskless_file_deletion_grace_ms: int
+    diskless_fetch_cache_max_bytes: int
+    diskless_metadata_snapshot_interval_records: int
     values: dict[str, object] = field(repr=False)
     sources: dict[str, ConfigSource] = field(repr=False)
 
@@ -1266,6 +1278,10 @@ def _assemble(values: dict[str, object], sources: dict[str, ConfigSource],
         diskless_storage_url=s("diskless.storage.url"),
         diskless_wal_max_bytes=i("diskless.wal.max.bytes"),
         diskless_wal_max_ms=i("diskless.wal.max.ms"),
+        diskless_file_deletion_grace_ms=i("diskless.file.deletion.grace.ms"),
+        diskless_fetch_cache_max_bytes=i("diskless.fetch.cache.max.bytes"),
+        diskless_metadata_snapshot_interval_records=i(
+            "diskless.metadata.snapshot.interval.records"),
         values=values,
         sources=sources,
     )

@@ -53,8 +53,15 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         return _Response(error_code=int(exc.code), session_id=0, responses=[])
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+    diskless = {i for i, t in enumerate(targets)
+                if not t.unknown_topic_id and broker.diskless.is_diskless(t.topic, t.partition)}
     while True:
-        results, total_bytes, has_error = _read_all(broker, request, targets)
+        results, total_bytes, has_error = _read_all(broker, request, targets, diskless)
+        if diskless:
+            more_bytes, more_error = await _read_diskless(broker, request, targets, results,
+                                                          diskless, total_bytes)
+            total_bytes += more_bytes
+            has_error = has_error or more_error
         remaining = deadline - loop.time()
         if total_bytes >= request.min_bytes or has_error or remaining <= 0:
             break
@@ -153,15 +160,21 @@ def _resolve(ctx: RequestContext, request: Any, uses_ids: bool
     return session, targets + unknown, incremental
 
 
-def _read_all(broker: Any, request: Any, targets: list[_Target]) -> tuple[list[Any], int, bool]:
-    """Read every target within the budgets. Records are never null, even on error: librdkafka
-    drops the whole response when a partition's records field is null."""
+def _read_all(broker: Any, request: Any, targets: list[_Target], diskless: set[int]
+              ) -> tuple[list[Any], int, bool]:
+    """Read every classic target within the budgets; diskless ones get an empty entry that
+    _read_diskless fills. Records are never null, even on error: librdkafka drops the whole
+    response when a partition's records field is null."""
     replicas = broker.replica_manager
     budget = request.max_bytes
     total = 0
     has_error = False
     results = []
-    for target in targets:
+    for index, target in enumerate(targets):
+        if index in diskless:
+            results.append(_PartitionData(partition_index=target.partition, error_code=0,
+                                          records=[]))
+            continue
         if target.unknown_topic_id:
             results.append(_PartitionData(partition_index=target.partition,
                                           error_code=int(ErrorCode.UNKNOWN_TOPIC_ID),
@@ -207,3 +220,29 @@ def _read_all(broker: Any, request: Any, targets: list[_Target]) -> tuple[list[A
         total += sum(r.nbytes for r in info.records)
     return results, total, has_error
 
+
+
+async def _read_diskless(broker: Any, request: Any, targets: list[_Target], results: list[Any],
+                         diskless: set[int], classic_bytes: int) -> tuple[int, bool]:
+    """Fill the diskless targets' entries from the object store (DisklessService.fetch); the
+    classic partitions already read count against max_bytes. Diskless topics have no
+    transactions, so the last stable offset is the high watermark."""
+    order = sorted(diskless)
+    reads = [(targets[i].topic, targets[i].partition, targets[i].cached.fetch_offset,
+              targets[i].cached.max_bytes) for i in order]
+    answers = await broker.diskless.fetch(reads, max(request.max_bytes - classic_bytes, 0),
+                                          first=classic_bytes == 0)
+    total = 0
+    has_error = False
+    for index, answer in zip(order, answers, strict=True):
+        data = results[index]
+        data.error_code = answer.error_code
+        data.high_watermark = answer.high_watermark
+        data.last_stable_offset = answer.high_watermark
+        data.log_start_offset = answer.log_start_offset
+        data.records = answer.records or []
+        if request.isolation_level == READ_COMMITTED:
+            data.aborted_transactions = []
+        has_error = has_error or answer.error_code != 0
+        total += answer.size_bytes
+    return total, has_error

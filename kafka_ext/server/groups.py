@@ -1,7 +1,8 @@
 """Consumer group APIs: coordinator discovery, the classic group protocol and offsets.
 
 FindCoordinator (10, v1-v6; batched coordinator_keys from v4; key type 0 groups, 1 transactional
-ids), JoinGroup (11, v2-v9; MEMBER_ID_REQUIRED from v4, static members from v5, protocol type
+ids, 100 diskless coordinators as docs/protocol.md proposes), JoinGroup (11, v2-v9;
+MEMBER_ID_REQUIRED from v4, static members from v5, protocol type
 in the answer from v7, SkipAssignment v9), SyncGroup (14, v0-v5; protocol checks v5),
 Heartbeat (12, v0-v4), LeaveGroup (13, v0-v5; batched members from v3), OffsetCommit (8, v2-v9),
 OffsetFetch (9, v1-v9; several groups from v8, member epochs v9), OffsetDelete (47, v0),
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kafka_ext.controller.quorum_controller import DISKLESS_METADATA_TOPIC
 from kafka_ext.coordinator.group.assignors import Assignment
 from kafka_ext.coordinator.group.consumer_group_manager import HeartbeatRequest
 from kafka_ext.coordinator.group.coordinator import (
@@ -30,6 +32,8 @@ _reg = registry()
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+# Ours (docs/protocol.md): key = a __diskless_metadata partition number in decimal (KIP-1164).
+DISKLESS_KEY_TYPE = 100
 # AuthorizedOperations of a group when asked for it: READ (3), DELETE (6) and DESCRIBE (8);
 # without an authorizer every operation is allowed.
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
@@ -67,6 +71,8 @@ async def _find(ctx: RequestContext, key_type: int, key: str
                 ) -> tuple[ErrorCode, str | None, tuple[int, str, int]]:
     """(error, message, (node id, host, port)) of the coordinator of `key`."""
     no_node = (-1, "", -1)
+    if key_type == DISKLESS_KEY_TYPE:
+        return _find_diskless(ctx, key)
     if key_type == GROUP_KEY_TYPE:
         coordinator: Any = ctx.broker.group_coordinator
     elif key_type == TRANSACTION_KEY_TYPE:
@@ -83,6 +89,31 @@ async def _find(ctx: RequestContext, key_type: int, key: str
     leader = runtime.leader_of(coordinator.partition_for(key))
     for node in ctx.broker.live_nodes():
         if node.node_id == leader:
+            return ErrorCode.NONE, None, (node.node_id, node.host, node.port)
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is not available", no_node
+
+
+def _find_diskless(ctx: RequestContext, key: str
+                   ) -> tuple[ErrorCode, str | None, tuple[int, str, int]]:
+    """The leader of the `__diskless_metadata` partition numbered `key` (a coordinator id).
+
+    The topic is created by the diskless coordinator at start, not here: a broker asking
+    before it exists gets COORDINATOR_NOT_AVAILABLE and retries.
+    """
+    no_node = (-1, "", -1)
+    if not key.isdigit() or not key.isascii():
+        return ErrorCode.INVALID_REQUEST, f"not a diskless coordinator id: {key!r}", no_node
+    topic = ctx.broker.controller.image.topics_by_name.get(DISKLESS_METADATA_TOPIC)
+    if topic is None:
+        return (ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"{DISKLESS_METADATA_TOPIC} does not exist yet", no_node)
+    partition = topic.partitions.get(int(key))
+    if partition is None:
+        return (ErrorCode.INVALID_REQUEST,
+                f"no diskless coordinator {key}: {DISKLESS_METADATA_TOPIC} has "
+                f"{len(topic.partitions)} partitions", no_node)
+    for node in ctx.broker.live_nodes():
+        if node.node_id == partition.leader:
             return ErrorCode.NONE, None, (node.node_id, node.host, node.port)
     return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is not available", no_node
 

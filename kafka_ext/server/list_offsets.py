@@ -32,6 +32,10 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                                                            error_code=0)
             partitions.append(result)
             try:
+                if ctx.broker.diskless.is_diskless(topic.name, p.partition_index):
+                    result.offset, result.timestamp, result.leader_epoch = await _lookup_diskless(
+                        ctx.broker, topic.name, p.partition_index, p.timestamp)
+                    continue
                 hosted = replicas.leader_partition(topic.name, p.partition_index)
                 hosted.check_leader_epoch(p.current_leader_epoch)
                 result.offset, result.timestamp, result.leader_epoch = _lookup(
@@ -59,6 +63,18 @@ def _lookup(hosted: Any, timestamp: int, isolation_level: int = 0) -> tuple[int,
     if offset >= fetchable and offset != plog.log_start_offset:
         return -1, -1, -1  # not yet visible to consumers
     return offset, found_timestamp, leader_epoch
+
+
+async def _lookup_diskless(broker: Any, topic: str, partition: int,
+                           timestamp: int) -> tuple[int, int, int]:
+    """ListOffsets of a diskless partition: DisklessListOffsets at its coordinator (strictly
+    consistent). No tiered storage and no transactions: -5 finds nothing, read_committed is
+    the high watermark. The leader epoch is the partition's, which never changes."""
+    if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
+        return -1, -1, -1
+    offset, found_timestamp = await broker.diskless.list_offset(topic, partition, timestamp)
+    part = broker.controller.image.topics_by_name[topic].partitions[partition]
+    return offset, found_timestamp, part.leader_epoch if offset >= 0 else -1
 
 
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:

@@ -3,15 +3,22 @@
 A null topic list (v1+) or an empty one (v0) asks for every topic. Unknown topics are
 auto-created when `auto.create.topics.enable` and the request's AllowAutoTopicCreation (v4+)
 agree; the answer already carries the new partitions, since the single node commits at once.
-Internal topics (`__cluster_metadata`) are never listed.
+Internal topics (`__cluster_metadata`) are never listed. Partitions of diskless topics (v9+)
+carry the tagged PreferredProduceBrokers: the produce gateways of their coordinator
+(kafka_ext/diskless/gateways.py), or every live broker before `__diskless_metadata` exists.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kafka_ext.controller.image import TopicImage
-from kafka_ext.controller.quorum_controller import TopicCreation, check_topic_name
+from kafka_ext.controller.image import MetadataImage, TopicImage
+from kafka_ext.controller.quorum_controller import (
+    DISKLESS_METADATA_TOPIC,
+    TopicCreation,
+    check_topic_name,
+)
+from kafka_ext.diskless.gateways import produce_gateways
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.dispatcher import RequestContext
@@ -21,7 +28,8 @@ _Broker = _Response.MetadataResponseBroker
 _Topic = _Response.MetadataResponseTopic
 _Partition = _Response.MetadataResponsePartition
 # Kafka's internal topics (a user topic named "__x" is an ordinary topic).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state",
+                             DISKLESS_METADATA_TOPIC})
 
 
 async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
@@ -30,8 +38,10 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     wanted = request.topics
     all_topics = wanted is None or (ctx.api_version == 0 and not wanted)
     topics: list[Any] = []
+    nodes = broker.live_nodes()
+    gateways = _Gateways(image, nodes)
     if all_topics:
-        topics = [_topic(t) for t in image.topics_by_name.values()]
+        topics = [_topic(t, gateways) for t in image.topics_by_name.values()]
     else:
         missing: list[str] = []
         for entry in wanted:
@@ -46,28 +56,53 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                     continue
                 name = found.name
             if name in image.topics_by_name:
-                topics.append(_topic(image.topics_by_name[name]))
+                topics.append(_topic(image.topics_by_name[name], gateways))
             else:
                 missing.append(name)
         if missing:
-            topics += await _auto_create(ctx, request, missing)
+            topics += await _auto_create(ctx, request, missing, gateways)
     return _Response(
         brokers=[_Broker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
-                 for n in broker.live_nodes()],
+                 for n in nodes],
         cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=topics)
 
 
-def _topic(topic: TopicImage) -> Any:
+class _Gateways:
+    """The produce gateways of each diskless coordinator, computed on first need per request."""
+
+    __slots__ = ("_image", "_nodes", "_by_coordinator")
+
+    def __init__(self, image: MetadataImage, nodes: list[Any]) -> None:
+        self._image = image
+        self._nodes = nodes
+        self._by_coordinator: dict[int, list[int]] | None = None
+
+    def of(self, coordinator: int) -> list[int]:
+        if self._by_coordinator is None:
+            metadata_topic = self._image.topics_by_name.get(DISKLESS_METADATA_TOPIC)
+            leaders = ({} if metadata_topic is None else
+                       {p.partition_id: p.leader for p in metadata_topic.partitions.values()})
+            self._by_coordinator = produce_gateways(
+                [(n.node_id, n.rack) for n in self._nodes], list(leaders), leaders)
+        found = self._by_coordinator.get(coordinator)
+        # No such coordinator yet (its topic is created on first use): any broker will do.
+        return found if found else sorted(n.node_id for n in self._nodes)
+
+
+def _topic(topic: TopicImage, gateways: _Gateways) -> Any:
     return _Topic(
         error_code=0, name=topic.name, topic_id=topic.topic_id,
         is_internal=topic.name in INTERNAL_TOPICS,
         partitions=[_Partition(error_code=0, partition_index=p.partition_id, leader_id=p.leader,
                                leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
-                               isr_nodes=list(p.isr), offline_replicas=[])
+                               isr_nodes=list(p.isr), offline_replicas=[],
+                               preferred_produce_brokers=(gateways.of(p.diskless_coordinator)
+                                                          if p.is_diskless else []))
                     for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)])
 
 
-async def _auto_create(ctx: RequestContext, request: Any, names: list[str]) -> list[Any]:
+async def _auto_create(ctx: RequestContext, request: Any, names: list[str],
+                       gateways: _Gateways) -> list[Any]:
     broker = ctx.broker
     allowed = broker.config.auto_create_topics_enable and (
         ctx.api_version < 4 or request.allow_auto_topic_creation)
@@ -79,7 +114,9 @@ async def _auto_create(ctx: RequestContext, request: Any, names: list[str]) -> l
         except KafkaError:
             answers.append(_Topic(error_code=int(ErrorCode.INVALID_TOPIC_EXCEPTION), name=name))
             continue
-        if allowed:
+        # The diskless coordinator creates its topic with its own partition count, never a
+        # client's Metadata request with num.partitions.
+        if allowed and name != DISKLESS_METADATA_TOPIC:
             creatable.append(TopicCreation(name))
         else:
             answers.append(_Topic(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), name=name))
@@ -89,7 +126,7 @@ async def _auto_create(ctx: RequestContext, request: Any, names: list[str]) -> l
         for result in results:
             topic = image.topics_by_name.get(result.name)
             if topic is not None:  # created now, or concurrently by another request
-                answers.append(_topic(topic))
+                answers.append(_topic(topic, gateways))
             else:
                 answers.append(_Topic(error_code=int(result.error), name=result.name))
     return answers

@@ -10,12 +10,16 @@ Internal topics (`__consumer_offsets`, `__transaction_state`) belong to their co
 client's batch for one fails with INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager answers.
 acks=0 gets no response; if anything failed, the connection is closed instead, so the
 producer notices, as Kafka does. With one replica per partition, acks=1
-and acks=-1 are both satisfied once the batch is in the log.
+and acks=-1 are both satisfied once the batch is in the log. A diskless partition's batch goes
+to the WAL writer and is answered once its object is committed to the partition's coordinator
+(acks=1 and acks=-1 alike); acks=0 diskless appends finish in the background.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from kafka_ext.network.connection import CloseConnection
@@ -39,32 +43,75 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is None and _has_transactional_batch(request):
         # Kafka authorizes transactional writes by their transactional id: none, no write.
         return _error_for_all(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    replicas = ctx.broker.replica_manager
-    failed = False
+    broker = ctx.broker
+    replicas = broker.replica_manager
     topics = []
+    # Diskless partitions answer once their WAL object is committed; they wait together, so
+    # one request's partitions share one object.
+    waiting: list[tuple[Any, Awaitable[Any]]] = []
     for topic_data in request.topic_data:
         partitions = []
         for data in topic_data.partition_data:
+            answer = _PartitionResponse(index=data.index, error_code=0, base_offset=-1)
+            partitions.append(answer)
             try:
                 if topic_data.name in INTERNAL_TOPICS:
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                      f"Cannot append to internal topic {topic_data.name}")
+                if broker.diskless.is_diskless(topic_data.name, data.index):
+                    records = data.records
+                    if request.acks == 0 and isinstance(records, memoryview):
+                        records = bytes(records)  # the frame's buffer is reused once we answer
+                    waiting.append((answer, broker.diskless.produce(
+                        topic_data.name, data.index, records)))
+                    continue
                 info = replicas.append_records(topic_data.name, data.index, data.records)
             except KafkaError as exc:
-                failed = True
-                partitions.append(_PartitionResponse(
-                    index=data.index, error_code=int(exc.code), base_offset=-1,
-                    error_message=exc.message or None))
+                _failed(answer, exc)
                 continue
-            partitions.append(_PartitionResponse(
-                index=data.index, error_code=0, base_offset=info.first_offset,
-                log_append_time_ms=info.log_append_time_ms, log_start_offset=info.log_start_offset))
+            _succeeded(answer, info.first_offset, info.log_append_time_ms, info.log_start_offset)
         topics.append(_TopicResponse(name=topic_data.name, partition_responses=partitions))
+    if waiting and request.acks == 0:
+        # Nobody waits for the answer: the appends finish in the background, failures logged.
+        for _, append in waiting:
+            broker.spawn(_logged_append(append))
+        waiting = []
+    if waiting:
+        outcomes = await asyncio.gather(*(append for _, append in waiting),
+                                        return_exceptions=True)
+        for (answer, _), outcome in zip(waiting, outcomes, strict=True):
+            if isinstance(outcome, KafkaError):
+                _failed(answer, outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                _succeeded(answer, outcome.base_offset, outcome.log_append_time_ms,
+                           outcome.log_start_offset)
     if request.acks == 0:
-        if failed:
+        if any(p.error_code for t in topics for p in t.partition_responses):
             raise CloseConnection("acks=0 produce failed")
         return None
     return _Response(responses=topics)
+
+
+def _succeeded(answer: Any, base_offset: int, log_append_time_ms: int,
+               log_start_offset: int) -> None:
+    answer.base_offset = base_offset
+    answer.log_append_time_ms = log_append_time_ms
+    answer.log_start_offset = log_start_offset
+
+
+def _failed(answer: Any, exc: KafkaError) -> None:
+    answer.error_code = int(exc.code)
+    answer.error_message = exc.message or None
+
+
+async def _logged_append(append: Awaitable[Any]) -> None:
+    """An acks=0 diskless append: the producer asked for no answer, so a failure is logged."""
+    try:
+        await append
+    except KafkaError as exc:
+        log.warning("acks=0 diskless produce failed: %s", exc)
 
 
 def _has_transactional_batch(request: Any) -> bool:

@@ -139,7 +139,8 @@ class LogDirFailureChannel:
         node = self.broker.node_id
         for topic in image.topics_by_name.values():
             for part in topic.partitions.values():
-                if node in part.replicas and lm.get_log(topic.name, part.partition_id) is None:
+                if (node in part.replicas and not part.is_diskless  # diskless: never a log
+                        and lm.get_log(topic.name, part.partition_id) is None):
                     lm.offline_partitions.add((topic.name, part.partition_id))
 
     def on_image(self, old: MetadataImage | None, new: MetadataImage) -> None:

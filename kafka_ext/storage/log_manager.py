@@ -38,6 +38,8 @@ MOVE_DIR_SUFFIX = ".move"  # a replica being moved here between log dirs (DESIGN
 MOVED_DELETE_SUFFIX = ".delete"  # the proposal's name for a moved-away source (KIP-113)
 PLACEMENT_FEWEST_PARTITIONS = "fewest-partitions"  # log.dir.placement.policy values
 PLACEMENT_MOST_FREE_BYTES = "most-free-bytes"
+# Diskless topics keep WAL objects (default store) and coordinator state beside the partitions.
+NON_PARTITION_DIRS = frozenset({"objects", "diskless"})
 
 TopicPartition = tuple[str, int]
 
@@ -184,7 +186,7 @@ class LogManager:
         log_start_offsets = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
         high_watermarks = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).read()
         for path in sorted(log_dir.iterdir()):
-            if not path.is_dir():
+            if not path.is_dir() or path.name in NON_PARTITION_DIRS:
                 continue
             if path.name.endswith((DELETE_DIR_SUFFIX, MOVED_DELETE_SUFFIX)):
                 self.pending_deletions.append(path)  # removed asynchronously after start

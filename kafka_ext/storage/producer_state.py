@@ -137,6 +137,49 @@ class ProducerStateEntry:
             self.batches.clear()
 
 
+def _check_epoch_not_older(entry: ProducerStateEntry, producer_epoch: int) -> None:
+    if producer_epoch < entry.producer_epoch:
+        raise KafkaError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"epoch {producer_epoch} of producer {entry.producer_id} is older than the last "
+            f"seen epoch {entry.producer_epoch}",
+        )
+
+
+def check_client_sequence(entry: ProducerStateEntry | None, producer_epoch: int,
+                          first_sequence: int, last_sequence: int) -> BatchMetadata | None:
+    """Kafka's idempotence checks of a producer's batch against what a partition knows of it.
+
+    Returns the original batch when it duplicates one of the producer's last five of the same
+    epoch (answer its offsets, append nothing). Raises KafkaError INVALID_PRODUCER_EPOCH (an
+    older epoch) or OUT_OF_ORDER_SEQUENCE_NUMBER (a gap, or a new epoch not starting at 0).
+    Shared by ProducerStateManager.check_batch and the diskless coordinator (KIP-1164).
+    """
+    if entry is None:
+        # An unknown producer (new, or expired/deleted by retention) may start at any
+        # sequence, as Kafka accepts since KIP-360.
+        return None
+    if producer_epoch == entry.producer_epoch:
+        duplicate = entry.find_duplicate(producer_epoch, first_sequence, last_sequence)
+        if duplicate is not None:
+            return duplicate
+    _check_epoch_not_older(entry, producer_epoch)
+    if producer_epoch != entry.producer_epoch:
+        if first_sequence != 0 and entry.producer_epoch >= 0:
+            raise KafkaError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"new epoch {producer_epoch} of producer {entry.producer_id} starts at sequence "
+                f"{first_sequence}, not 0",
+            )
+    elif entry.producer_epoch >= 0 and not _in_sequence(entry.last_sequence, first_sequence):
+        raise KafkaError(
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            f"out of order sequence number for producer {entry.producer_id}: {first_sequence} "
+            f"(incoming), {entry.last_sequence} (current end)",
+        )
+    return None
+
+
 @dataclass(slots=True, frozen=True)
 class CompletedTxn:
     """A transaction a COMMIT or ABORT marker ended in this partition (Kafka's CompletedTxn)."""
@@ -224,16 +267,13 @@ class ProducerStateManager:
             # sequence, as Kafka accepts since KIP-360.
             return None
         epoch = header.producer_epoch
-        if origin is AppendOrigin.CLIENT and epoch == entry.producer_epoch:
-            duplicate = entry.find_duplicate(epoch, header.base_sequence, header.last_sequence)
+        if origin is AppendOrigin.CLIENT and marker is None:
+            duplicate = check_client_sequence(entry, epoch, header.base_sequence,
+                                              header.last_sequence)
             if duplicate is not None:
                 return duplicate
-        if epoch < entry.producer_epoch:
-            raise KafkaError(
-                ErrorCode.INVALID_PRODUCER_EPOCH,
-                f"epoch {epoch} of producer {producer_id} is older than the last seen epoch "
-                f"{entry.producer_epoch}",
-            )
+        else:
+            _check_epoch_not_older(entry, epoch)
         if marker is not None:
             if entry.coordinator_epoch > marker.coordinator_epoch:
                 raise KafkaError(
@@ -242,21 +282,6 @@ class ProducerStateManager:
                     f"{marker.coordinator_epoch}, older than {entry.coordinator_epoch}",
                 )
             return None
-        if origin is AppendOrigin.CLIENT:
-            first_sequence = header.base_sequence
-            if epoch != entry.producer_epoch:
-                if first_sequence != 0 and entry.producer_epoch >= 0:
-                    raise KafkaError(
-                        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                        f"new epoch {epoch} of producer {producer_id} starts at sequence "
-                        f"{first_sequence}, not 0",
-                    )
-            elif entry.producer_epoch >= 0 and not _in_sequence(entry.last_sequence, first_sequence):
-                raise KafkaError(
-                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                    f"out of order sequence number for producer {producer_id}: {first_sequence} "
-                    f"(incoming), {entry.last_sequence} (current end)",
-                )
         if entry.current_txn_first_offset >= 0 and not header.is_transactional:
             raise KafkaError(
                 ErrorCode.INVALID_TXN_STATE,
@@ -577,6 +602,7 @@ __all__ = [
     "CompletedTxn",
     "ProducerStateEntry",
     "ProducerStateManager",
+    "check_client_sequence",
     "decode_snapshot",
     "encode_snapshot",
     "marker_of",

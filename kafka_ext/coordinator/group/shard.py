@@ -236,3 +236,6 @@ class GroupCoordinatorShard:
         self.loaded = False
         if self._on_unloaded is not None:
             self._on_unloaded(self)
+
+    def on_committed(self, committed_offset: int) -> None:
+        """Group state lives in memory and is current after replay: nothing to apply."""

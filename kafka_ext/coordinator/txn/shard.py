@@ -121,6 +121,9 @@ class TransactionStateShard:
         if self._on_unloaded is not None:
             self._on_unloaded(self.partition)
 
+    def on_committed(self, committed_offset: int) -> None:
+        """Transaction state lives in memory and is current after replay: nothing to apply."""
+
     # -- reads -------------------------------------------------------------------------------
 
     def get(self, transactional_id: str) -> TransactionMetadata | None:

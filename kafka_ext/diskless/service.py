@@ -1,0 +1,317 @@
+"""DisklessService: the broker side of diskless topics, between the request handlers and the
+object store and the Diskless coordinators (KIP-1150/1163/1164, docs/diskless.md).
+
+Produce validates a batch by its header (as the classic path does) and hands it to the WAL
+writer, which answers once the object is uploaded and committed. Fetch asks the coordinators
+for the batches at the fetch offsets (DisklessFindBatches) and reads them through the object
+cache; ListOffsets and DeleteRecords go to the coordinators. An image listener tells the
+coordinators about diskless partitions created and topics deleted (DisklessCreatePartitions,
+DisklessDeleteTopics), and a periodic task runs the orphan scanner. On one broker every
+coordinator is local, so the coordinator calls are method calls; the cluster issue replaces
+them with requests to the coordinators' leaders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka_ext.controller.image import MetadataImage
+from kafka_ext.diskless.batch_reader import BatchReader
+from kafka_ext.diskless.object_cache import ObjectCache
+from kafka_ext.diskless.object_store import ObjectStore
+from kafka_ext.diskless.orphan_scanner import OrphanScanner
+from kafka_ext.diskless.wal_writer import AppendResult, WalWriter
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.messages import registry
+from kafka_ext.protocol.record_batch import TimestampType, validate_batches
+
+log = logging.getLogger(__name__)
+
+_reg = registry()
+_CreatePartitions = _reg["DisklessCreatePartitionsRequest"].cls
+_DeleteTopics = _reg["DisklessDeleteTopicsRequest"].cls
+_FindBatches = _reg["DisklessFindBatchesRequest"].cls
+_ListOffsets = _reg["DisklessListOffsetsRequest"].cls
+_DeleteRecords = _reg["DisklessDeleteRecordsRequest"].cls
+_DescribeFiles = _reg["DisklessDescribeFilesRequest"].cls
+
+# Batches one FindBatches answer may list per partition (a fetch reads at most this many).
+MAX_BATCHES_PER_PARTITION = 500
+# How long a reconciliation waits before retrying coordinators that were not ready.
+_RECONCILE_RETRY_S = 0.5
+
+
+@dataclass(slots=True)
+class DisklessFetchResult:
+    """One partition's share of a fetch: what the handler copies into its PartitionData."""
+
+    error_code: int
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: list[Any] | None = None
+    size_bytes: int = 0
+
+
+class DisklessService:
+    """Loop-owned; one per broker. `broker.diskless_coordinator` hosts the coordinators."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        config = broker.config
+        self.coordinator = broker.diskless_coordinator
+        self.store = ObjectStore.from_url(config.diskless_storage_url)
+        self.coordinator.delete_object = self.store.delete
+        self.writer = WalWriter(self.store, self.coordinator.commit_file,
+                                self.coordinator.coordinator_of, broker_id=broker.node_id,
+                                max_bytes=config.diskless_wal_max_bytes,
+                                max_ms=config.diskless_wal_max_ms)
+        self.cache = ObjectCache(self.store, config.diskless_fetch_cache_max_bytes)
+        self.reader = BatchReader(self.cache)
+        self.orphan_scanner = OrphanScanner(
+            self.store, self.coordinator.oldest_file_timestamp_ms, self.files_known,
+            grace_period_ms=config.diskless_coordinator_orphan_scan_grace_period_ms)
+        # Partition counts each topic was last registered with at its coordinators.
+        self._registered: dict[uuid.UUID, int] = {}
+        self._reconcile_wakeup = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.broker.controller.listeners.append(self._on_image)
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._reconcile_forever()))
+        self._tasks.append(loop.create_task(self._scan_orphans_forever()))
+        self._reconcile_wakeup.set()
+
+    async def stop(self) -> None:
+        listeners = self.broker.controller.listeners
+        if self._on_image in listeners:
+            listeners.remove(self._on_image)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.writer.close()
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def is_diskless(self, topic: str, partition: int) -> bool:
+        found = self.broker.controller.image.topics_by_name.get(topic)
+        if found is None:
+            return False
+        part = found.partitions.get(partition)
+        return part is not None and part.is_diskless
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        found = self.broker.controller.image.topics_by_name.get(topic)
+        if found is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic}")
+        return found.topic_id
+
+    # -- produce -----------------------------------------------------------------------------
+
+    async def produce(self, topic: str, partition: int, records: Any) -> AppendResult:
+        """Validate one producer batch and append it through the WAL; answers once committed."""
+        if records is None or len(records) == 0:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "empty records")
+        batches = validate_batches(records, from_client=True)
+        if len(batches) != 1:
+            raise KafkaError(ErrorCode.INVALID_RECORD, "Produce requests with version 3 and "
+                             "above must contain exactly one record batch per partition")
+        header = batches[0][1]
+        if header.is_transactional:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             "transactions are not supported on diskless topics yet")
+        config = self.broker.log_config_for(topic)
+        if header.size_bytes > config.max_message_bytes:
+            raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                             f"batch of {header.size_bytes} bytes exceeds max.message.bytes "
+                             f"{config.max_message_bytes} of {topic}")
+        return await self.writer.append(self.topic_id(topic), partition, memoryview(records))
+
+    # -- fetch -------------------------------------------------------------------------------
+
+    async def fetch(self, requests: list[tuple[str, int, int, int]], max_bytes: int, *,
+                    first: bool = True) -> list[DisklessFetchResult]:
+        """Read (topic, partition, fetch offset, partition max bytes) tuples within max_bytes.
+
+        One FindBatches call covers every partition; the first partition with data may exceed
+        the budgets by one batch, as Kafka's fetch does, so a large batch never blocks;
+        `first` says whether the response has no data yet from classic partitions.
+        """
+        image = self.broker.controller.image
+        topics: dict[uuid.UUID, Any] = {}
+        for topic, partition, offset, partition_max_bytes in requests:
+            topic_id = image.topics_by_name[topic].topic_id
+            entry = topics.get(topic_id)
+            if entry is None:
+                entry = topics[topic_id] = _FindBatches.DisklessFindBatchesTopic(
+                    topic_id=topic_id, partitions=[])
+            entry.partitions.append(_FindBatches.DisklessFindBatchesPartition(
+                partition_index=partition, offset=offset,
+                max_partition_fetch_bytes=partition_max_bytes))
+        response = await self.coordinator.find_batches(_FindBatches(
+            fetch_max_bytes=max_bytes, max_batches_per_partition=MAX_BATCHES_PER_PARTITION,
+            topics=list(topics.values())))
+        found: dict[tuple[uuid.UUID, int], Any] = {
+            (t.topic_id, p.partition_index): p for t in response.topics for p in t.partitions}
+        results = []
+        total = 0
+        for topic, partition, _offset, partition_max_bytes in requests:
+            answer = found.get((image.topics_by_name[topic].topic_id, partition))
+            if answer is None:
+                results.append(DisklessFetchResult(int(ErrorCode.UNKNOWN_SERVER_ERROR)))
+                continue
+            result = DisklessFetchResult(answer.error_code, answer.high_watermark,
+                                         answer.log_start_offset, [])
+            results.append(result)
+            if answer.error_code or not answer.batches:
+                continue
+            budget = min(partition_max_bytes, max_bytes - total)
+            chosen = _within_budget(answer.batches, budget, first=first and total == 0)
+            if not chosen:
+                continue
+            stamp = (self.broker.log_config_for(topic).message_timestamp_type
+                     == TimestampType.LOG_APPEND_TIME)
+            try:
+                result.records = await self.reader.read(chosen, stamp_log_append_time=stamp)
+            except OSError as exc:
+                log.warning("diskless fetch of %s-%d failed reading the object store: %s",
+                            topic, partition, exc)
+                result.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+                continue
+            result.size_bytes = sum(b.byte_size for b in chosen)
+            total += result.size_bytes
+        return results
+
+    # -- offsets and deletion ----------------------------------------------------------------
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+        """(offset, timestamp) for one ListOffsets query, strictly after every earlier write."""
+        request = _ListOffsets(topics=[_ListOffsets.DisklessListOffsetsTopic(
+            topic_id=self.topic_id(topic), partitions=[
+                _ListOffsets.DisklessListOffsetsPartition(partition_index=partition,
+                                                          timestamp=timestamp)])])
+        response = await self.coordinator.list_offsets(request)
+        answer = response.topics[0].partitions[0]
+        if answer.error_code:
+            raise KafkaError(ErrorCode(answer.error_code), answer.error_message)
+        return answer.offset, answer.timestamp
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Move the partition's log start offset (-1: the high watermark); the new low mark."""
+        request = _DeleteRecords(topics=[_DeleteRecords.DisklessDeleteRecordsTopic(
+            topic_id=self.topic_id(topic), partitions=[
+                _DeleteRecords.DisklessDeleteRecordsPartition(partition_index=partition,
+                                                              offset=offset)])])
+        response = await self.coordinator.delete_records(request)
+        answer = response.topics[0].partitions[0]
+        if answer.error_code:
+            raise KafkaError(ErrorCode(answer.error_code), answer.error_message)
+        return answer.low_watermark
+
+    async def files_known(self, object_keys: list[str]) -> set[str]:
+        """The keys some coordinator knows (DisklessDescribeFiles), for the orphan scanner."""
+        if not object_keys:
+            return set()
+        response = await self.coordinator.describe_files(_DescribeFiles(
+            files=[_DescribeFiles.DisklessDescribeFileEntry(object_key=k) for k in object_keys]))
+        return {f.object_key for f in response.files
+                if f.error_code != ErrorCode.DISKLESS_FILE_NOT_FOUND}
+
+    async def ensure_registered(self, topics: Iterable[str]) -> None:
+        """Register new diskless partitions with their coordinators before answering a
+        CreateTopics or CreatePartitions, so that a produce right after it succeeds."""
+        image = self.broker.controller.image
+        wanted = [image.topics_by_name[t] for t in topics if t in image.topics_by_name]
+        await self._register(image, [t for t in wanted if _is_diskless_topic(t)])
+
+    # -- background --------------------------------------------------------------------------
+
+    def _on_image(self, old: MetadataImage | None, new: MetadataImage) -> None:
+        self._reconcile_wakeup.set()
+
+    async def _reconcile_forever(self) -> None:
+        """Keep the coordinators' partitions in line with the image; retries what failed."""
+        while True:
+            await self._reconcile_wakeup.wait()
+            self._reconcile_wakeup.clear()
+            try:
+                done = await self._reconcile()
+            except KafkaError as exc:
+                log.info("diskless reconciliation will be retried: %s", exc)
+                done = False
+            if not done:
+                await asyncio.sleep(_RECONCILE_RETRY_S)
+                self._reconcile_wakeup.set()
+
+    async def _reconcile(self) -> bool:
+        image = self.broker.controller.image
+        diskless = [t for t in image.topics_by_name.values() if _is_diskless_topic(t)]
+        ok = await self._register(image, diskless)
+        gone = [topic_id for topic_id in self._registered if topic_id not in image.topics_by_id]
+        if gone:
+            response = await self.coordinator.delete_topics(_DeleteTopics(topics=[
+                _DeleteTopics.DisklessDeletableTopicState(topic_id=t) for t in gone]))
+            for result in response.responses:
+                if result.error_code in (0, ErrorCode.UNKNOWN_TOPIC_ID,
+                                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                    self._registered.pop(result.topic_id, None)
+                else:
+                    ok = False
+        return ok
+
+    async def _register(self, image: MetadataImage, topics: list[Any]) -> bool:
+        pending = [t for t in topics if self._registered.get(t.topic_id) != len(t.partitions)]
+        if not pending:
+            return True
+        response = await self.coordinator.create_partitions(_CreatePartitions(topics=[
+            _CreatePartitions.DisklessCreatablePartitions(
+                topic_id=t.topic_id, name=t.name, num_partitions=len(t.partitions))
+            for t in pending]))
+        ok = True
+        counts = {t.topic_id: len(t.partitions) for t in pending}
+        for result in response.topics:
+            if result.error_code == 0:
+                self._registered[result.topic_id] = counts[result.topic_id]
+            else:
+                ok = False
+                log.info("diskless coordinator not ready for topic %s: %s %s", result.topic_id,
+                         ErrorCode(result.error_code).name, result.error_message)
+        return ok
+
+    async def _scan_orphans_forever(self) -> None:
+        interval_s = self.broker.config.diskless_coordinator_orphan_scan_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            started = time.monotonic()
+            try:
+                deleted = await self.orphan_scanner.scan_once()
+            except (OSError, KafkaError) as exc:
+                log.warning("orphan scan failed (retried in %.0f s): %s", interval_s, exc)
+                continue
+            if deleted:
+                log.info("orphan scan deleted %d object(s) in %.1f s: %s", len(deleted),
+                         time.monotonic() - started, ", ".join(deleted[:10]))
+
+
+def _is_diskless_topic(topic: Any) -> bool:
+    return any(p.is_diskless for p in topic.partitions.values())
+
+
+def _within_budget(batches: list[Any], budget: int, *, first: bool) -> list[Any]:
+    """The leading batches that fit `budget` bytes; at least one when this is the first data."""
+    chosen: list[Any] = []
+    used = 0
+    for batch in batches:
+        if used + batch.byte_size > budget and (chosen or not first):
+            break
+        chosen.append(batch)
+        used += batch.byte_size
+    return chosen
