@@ -43,6 +43,7 @@ class ProxyMode(Enum):
     FORWARD = "forward"  # pass bytes both ways
     RESET = "reset"  # refuse: accept then reset every connection at once
     BLACKHOLE = "blackhole"  # hang: accept and never answer
+    HOLD_RESPONSES = "hold"  # requests reach moto, its answers wait until the next mode switch
 
 
 class TcpProxy:
@@ -56,6 +57,8 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._stopped = False
+        self._responses_flow = threading.Event()
+        self._responses_flow.set()
         self.connections_refused = 0
         self._acceptor = threading.Thread(
             target=self._accept_forever, name="s3-proxy-accept", daemon=True
@@ -67,11 +70,16 @@ class TcpProxy:
         return self._mode
 
     def set_mode(self, mode: ProxyMode) -> None:
-        """Switch modes; every open connection is reset so no pooled connection outlives a switch."""
+        """Switch modes; every open connection is reset so no pooled connection outlives a switch
+        (except into HOLD_RESPONSES, which keeps them so a pooled request still reaches moto)."""
         with self._lock:
             self._mode = mode
+            if mode is ProxyMode.HOLD_RESPONSES:
+                self._responses_flow.clear()
+                return
             doomed = list(self._sockets)
             self._sockets.clear()
+        self._responses_flow.set()
         for sock in doomed:
             _reset(sock)
 
@@ -113,14 +121,17 @@ class TcpProxy:
             upstream.settimeout(None)
             with self._lock:
                 self._sockets.update((client, upstream))
-            for src, dst in ((client, upstream), (upstream, client)):
+            for src, dst, answers in ((client, upstream, False), (upstream, client, True)):
                 threading.Thread(
-                    target=self._pump, args=(src, dst), name="s3-proxy-pump", daemon=True
+                    target=self._pump, args=(src, dst, answers), name="s3-proxy-pump",
+                    daemon=True,
                 ).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
         try:
             while data := src.recv(65536):
+                if answers:
+                    self._responses_flow.wait()
                 dst.sendall(data)
             dst.shutdown(socket.SHUT_WR)
         except OSError:
@@ -221,6 +232,11 @@ class S3Server:
             yield
         finally:
             self.proxy.set_mode(ProxyMode.FORWARD)
+
+    def count_objects_directly(self, prefix: str = "") -> int:
+        """How many objects moto holds under the url, asked past the proxy (works in any mode)."""
+        direct = {**self.env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.moto_port}"}
+        return self.count_objects(self.url, direct, prefix)
 
     @contextlib.contextmanager
     def environ(self) -> Iterator[None]:

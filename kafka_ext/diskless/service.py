@@ -30,6 +30,7 @@ from kafka_ext.diskless.wal_writer import AppendResult, WalWriter
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.record_batch import TimestampType, validate_batches
+from kafka_ext.protocol.records import decode_records
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ _DescribeFiles = _reg["DisklessDescribeFilesRequest"].cls
 
 # Batches one FindBatches answer may list per partition (a fetch reads at most this many).
 MAX_BATCHES_PER_PARTITION = 500
+# ListOffsets' special timestamp for the record with the largest timestamp (KIP-734).
+MAX_TIMESTAMP = -3
 # How long a reconciliation waits before retrying coordinators that were not ready.
 _RECONCILE_RETRY_S = 0.5
 
@@ -202,7 +205,29 @@ class DisklessService:
         answer = response.topics[0].partitions[0]
         if answer.error_code:
             raise KafkaError(ErrorCode(answer.error_code), answer.error_message)
-        return answer.offset, answer.timestamp
+        by_record_time = (timestamp >= 0 or timestamp == MAX_TIMESTAMP) and (
+            self.broker.log_config_for(topic).message_timestamp_type == TimestampType.CREATE_TIME)
+        if answer.offset < 0 or not by_record_time:
+            return answer.offset, answer.timestamp
+        return await self._record_offset(topic, partition, answer.offset, timestamp)
+
+    async def _record_offset(self, topic: str, partition: int, batch_offset: int,
+                             timestamp: int) -> tuple[int, int]:
+        """The coordinator keeps batches, not records: read the batch it found and pick the
+        record Kafka would answer, the first at or after `timestamp`, or for MAX_TIMESTAMP the
+        first with the largest timestamp. Decodes one batch; ListOffsets is not a hot path."""
+        [found] = await self.fetch([(topic, partition, batch_offset, 1)], 1)
+        if found.error_code or not found.records:
+            raise KafkaError(ErrorCode(found.error_code or ErrorCode.UNKNOWN_SERVER_ERROR),
+                             f"{topic}-{partition}: the batch at {batch_offset} could not be read")
+        _, records = decode_records(b"".join(found.records))
+        if timestamp == MAX_TIMESTAMP:
+            best = max(records, key=lambda r: (r.timestamp, -r.offset))
+            return best.offset, best.timestamp
+        for record in records:
+            if record.offset >= batch_offset and record.timestamp >= timestamp:
+                return record.offset, record.timestamp
+        return batch_offset, -1  # the batch's max timestamp says a record qualifies
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Move the partition's log start offset (-1: the high watermark); the new low mark."""
@@ -254,16 +279,20 @@ class DisklessService:
     async def _reconcile(self) -> bool:
         image = self.broker.controller.image
         diskless = [t for t in image.topics_by_name.values() if _is_diskless_topic(t)]
+        if self.coordinator.loading():
+            return False  # a loading shard answers nothing yet; retried shortly
         ok = await self._register(image, diskless)
-        gone = [topic_id for topic_id in self._registered if topic_id not in image.topics_by_id]
+        # Topics deleted while this broker was down are gone from the image but not from the
+        # coordinators: ask them what they know, not what this process registered.
+        gone = [topic_id for topic_id in self.coordinator.known_topic_ids()
+                if topic_id not in image.topics_by_id]
         if gone:
             response = await self.coordinator.delete_topics(_DeleteTopics(topics=[
                 _DeleteTopics.DisklessDeletableTopicState(topic_id=t) for t in gone]))
             for result in response.responses:
-                if result.error_code in (0, ErrorCode.UNKNOWN_TOPIC_ID,
-                                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                    self._registered.pop(result.topic_id, None)
-                else:
+                self._registered.pop(result.topic_id, None)
+                if result.error_code not in (0, ErrorCode.UNKNOWN_TOPIC_ID,
+                                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
                     ok = False
         return ok
 

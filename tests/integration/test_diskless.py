@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from kafka_ext.client.probe import round_trip
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.messages import registry
-from kafka_ext.protocol.records import build_batch, decode_all_batches, records_for
+from kafka_ext.protocol.records import Record, build_batch, decode_all_batches, records_for
 from tests.integration.clients import (
     ADMIN_TIMEOUT_S,
     CONSUME_TIMEOUT_S,
@@ -205,6 +205,13 @@ def test_list_offsets_by_time_and_the_watermarks_come_from_the_coordinator(
     assert _list_offset(broker, topic, 0, TIMESTAMP_MS + 2500) == (3, TIMESTAMP_MS + 3000)
     assert _list_offset(broker, topic, 0, -3) == (4, TIMESTAMP_MS + 4000)
     assert _list_offset(broker, topic, 0, TIMESTAMP_MS + 99_000)[0] == -1
+    # Inside one batch the answer is a record's offset, as Kafka gives, not the batch's.
+    records = [Record(i, TIMESTAMP_MS + 10_000 + step, None, value)
+               for i, (step, value) in enumerate([(0, b"x"), (20, b"y"), (10, b"z")])]
+    batch = build_batch(records, producer_id=pid, producer_epoch=0, base_sequence=5)
+    assert _produce(broker, topic, batch) == (ErrorCode.NONE, 5)
+    assert _list_offset(broker, topic, 0, TIMESTAMP_MS + 10_005) == (6, TIMESTAMP_MS + 10_020)
+    assert _list_offset(broker, topic, 0, -3) == (6, TIMESTAMP_MS + 10_020)
 
 
 def test_a_resent_idempotent_batch_gets_its_original_offset_and_is_stored_once(
@@ -289,6 +296,31 @@ def test_sqlite_state_dropped_is_rebuilt_from_the_metadata_log(diskless_broker: 
     start = {p: (100 if p == 1 else 0) for p in range(6)}
     assert by_partition(consume_confluent(broker.bootstrap, topic, start,
                                           3_000 - 100)) == expected
+
+
+def test_snapshots_prune_the_metadata_log_and_restore_a_dropped_database(
+        broker_factory: Any, store: dict[str, str]) -> None:
+    broker = broker_factory({**_BASE_OVERRIDES, **store,
+                             "diskless.metadata.topic.num.partitions": "1",
+                             "diskless.metadata.snapshot.interval.records": "20"})
+    topic = new_topic_name("diskless-snapshot")
+    create_topic(broker.bootstrap, topic, 2, DISKLESS)
+    pid = _producer_id()
+    for n in range(60):  # one commit (one record) per batch; sequences count per partition
+        assert _produce(broker, topic, _batch(pid, n // 2, [b"v%d" % n]), partition=n % 2) == \
+            (ErrorCode.NONE, n // 2)
+    # The coordinator snapshotted its SQLite state and moved its log's start past it.
+    wait_until(lambda: _list_offset(broker, "__diskless_metadata", 0, -2)[0] > 0, 30,
+               "the __diskless_metadata log pruned after a snapshot")
+    before = [_fetch_values(broker, topic, p) for p in range(2)]
+    assert before == [[(i, b"v%d" % (2 * i + p)) for i in range(30)] for p in range(2)]
+    broker.stop()
+    for path in (broker.data_dir / "diskless").glob("*.sqlite*"):
+        path.unlink()  # the database only: the snapshot and the log's tail rebuild it
+    broker.start()
+    assert [_fetch_values(broker, topic, p) for p in range(2)] == before
+    assert _produce(broker, topic, _batch(pid, 30, [b"v60"])) == (ErrorCode.NONE, 30)
+    assert _produce(broker, topic, _batch(pid, 29, [b"v58"])) == (ErrorCode.NONE, 29)  # a dup
 
 
 def test_deleting_a_topic_frees_its_objects(diskless_broker: Any, store: dict[str, str]) -> None:

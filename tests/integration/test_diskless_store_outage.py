@@ -1,12 +1,15 @@
-"""Diskless produce while the S3 store is unreachable (issue 7 point 8): a retriable error, then
-every acknowledged message is there exactly once after the store comes back.
+"""Diskless topics when the S3 store fails (issue 7 points 6 and 8): produce during an outage
+gets a retriable error and every acknowledged message is there exactly once after the store
+comes back; a broker killed between an upload and its commit leaves an orphan object, which the
+orphan scanner deletes.
 
 The store is moto's S3 server behind tests/s3_server.py's proxy, which refuses connections
-during the outage while moto keeps its objects.
+during the outage, or holds moto's answers back, while moto keeps its objects.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -27,7 +30,7 @@ from tests.integration.clients import (
     new_topic_name,
     wait_until,
 )
-from tests.s3_server import S3Server
+from tests.s3_server import ProxyMode, S3Server
 
 PARTITIONS = 3
 API_PRODUCE = 0
@@ -112,3 +115,43 @@ def test_unreachable_store_fails_produce_retriably_and_loses_nothing_acknowledge
     }
     assert got == expected  # each acknowledged message exactly once, at its acknowledged offset
     assert sorted(v for _, _, v in acknowledged) == sorted(b"m%d" % i for i in range(600))
+
+
+def test_an_object_uploaded_but_never_committed_is_deleted_by_the_orphan_scanner(
+    broker_factory: Any, s3: S3Server
+) -> None:
+    overrides = {
+        "diskless.storage.url": s3.url,
+        "diskless.metadata.topic.num.partitions": "2",
+        "diskless.wal.max.ms": "20",
+        "diskless.coordinator.orphan.scan.interval.ms": "300",
+        "diskless.coordinator.orphan.scan.grace.period.ms": "1000",
+    }
+    broker = broker_factory(overrides)
+    topic = new_topic_name("diskless-orphan")
+    create_topic(broker.bootstrap, topic, 1, {"diskless.enable": "true"})
+    assert _raw_produce(broker.port, topic, b"kept") == ErrorCode.NONE
+    committed = s3.count_objects_directly()
+    assert committed == 1
+    # The next upload reaches moto but its answer is held, so the broker never commits it:
+    # killed now, it leaves exactly the object a crash between upload and commit leaves.
+    s3.proxy.set_mode(ProxyMode.HOLD_RESPONSES)
+    producing = threading.Thread(target=_produce_into_a_kill, args=(broker.port, topic),
+                                 daemon=True)
+    producing.start()
+    wait_until(lambda: s3.count_objects_directly() == committed + 1, 30,
+               "the second upload to reach moto")
+    broker.kill()
+    s3.proxy.set_mode(ProxyMode.FORWARD)
+    broker.start()
+    wait_until(lambda: s3.count_objects_directly() == committed, 30,
+               "the orphan scanner to delete the uncommitted object")
+    assert "orphan scan deleted 1 object" in broker.log()
+    consumed = consume_confluent(broker.bootstrap, topic, {0: 0}, 1)
+    assert [(m.offset, m.value) for m in consumed] == [(0, b"kept")]
+
+
+def _produce_into_a_kill(port: int, topic: str) -> None:
+    """A produce whose broker is killed before it answers: the connection just closes."""
+    with contextlib.suppress(ConnectionError):
+        _raw_produce(port, topic, b"orphan")

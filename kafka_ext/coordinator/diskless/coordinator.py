@@ -400,7 +400,7 @@ class DisklessCoordinator:
         that might know it is still loading)."""
         Resp = _DescribeFilesResponse
         shards = [shard for _, shard in self.runtime.shards()]
-        loading = any(self.runtime.is_loading(p) for p in range(self.runtime.num_partitions))
+        loading = self.loading()
         files = []
         for f in request.files:
             answers = [shard.has_live_batches(f.object_key) for shard in shards]
@@ -423,6 +423,17 @@ class DisklessCoordinator:
                   if shard.store is not None
                   and (t := shard.store.oldest_file_ms()) is not None]
         return min(oldest) if oldest else None
+
+    def loading(self) -> bool:
+        """Whether a shard led here is still replaying its log."""
+        return any(self.runtime.is_loading(p) for p in range(self.runtime.num_partitions))
+
+    def known_topic_ids(self) -> set[uuid.UUID]:
+        """Topics some loaded shard here has partitions of (pending writes included), so the
+        broker can delete those the metadata no longer has, even if that happened while it
+        was down."""
+        return {topic_id for _, shard in self.runtime.shards()
+                for topic_id, _partition in shard.partitions}
 
     # -- after each apply ---------------------------------------------------------------------
 
