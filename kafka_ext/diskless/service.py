@@ -26,7 +26,7 @@ from kafka_ext.diskless.batch_reader import BatchReader
 from kafka_ext.diskless.object_cache import ObjectCache
 from kafka_ext.diskless.object_store import ObjectStore
 from kafka_ext.diskless.orphan_scanner import OrphanScanner
-from kafka_ext.diskless.wal_writer import AppendResult, WalWriter
+from kafka_ext.diskless.wal_writer import AppendResult, WalWriter, client_error_code
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.record_batch import TimestampType, validate_batches
@@ -150,8 +150,12 @@ class DisklessService:
         """
         image = self.broker.controller.image
         topics: dict[uuid.UUID, Any] = {}
+        topic_ids: dict[str, uuid.UUID] = {}
         for topic, partition, offset, partition_max_bytes in requests:
-            topic_id = image.topics_by_name[topic].topic_id
+            found_topic = image.topics_by_name.get(topic)
+            if found_topic is None:
+                continue  # deleted since the fetch was resolved: answered unknown below
+            topic_id = topic_ids[topic] = found_topic.topic_id
             entry = topics.get(topic_id)
             if entry is None:
                 entry = topics[topic_id] = _FindBatches.DisklessFindBatchesTopic(
@@ -159,20 +163,26 @@ class DisklessService:
             entry.partitions.append(_FindBatches.DisklessFindBatchesPartition(
                 partition_index=partition, offset=offset,
                 max_partition_fetch_bytes=partition_max_bytes))
+        if not topics:
+            return [DisklessFetchResult(int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                    for _ in requests]
         response = await self.coordinator.find_batches(_FindBatches(
             fetch_max_bytes=max_bytes, max_batches_per_partition=MAX_BATCHES_PER_PARTITION,
             topics=list(topics.values())))
         found: dict[tuple[uuid.UUID, int], Any] = {
             (t.topic_id, p.partition_index): p for t in response.topics for p in t.partitions}
+        await self._prefetch(found.values())
         results = []
         total = 0
         for topic, partition, _offset, partition_max_bytes in requests:
-            answer = found.get((image.topics_by_name[topic].topic_id, partition))
+            topic_id = topic_ids.get(topic)
+            answer = None if topic_id is None else found.get((topic_id, partition))
             if answer is None:
-                results.append(DisklessFetchResult(int(ErrorCode.UNKNOWN_SERVER_ERROR)))
+                results.append(DisklessFetchResult(int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
                 continue
-            result = DisklessFetchResult(answer.error_code, answer.high_watermark,
-                                         answer.log_start_offset, [])
+            result = DisklessFetchResult(
+                int(client_error_code(answer.error_code)) if answer.error_code else 0,
+                answer.high_watermark, answer.log_start_offset, [])
             results.append(result)
             if answer.error_code or not answer.batches:
                 continue
@@ -193,6 +203,14 @@ class DisklessService:
             total += result.size_bytes
         return results
 
+    async def _prefetch(self, answers: Iterable[Any]) -> None:
+        """Load the objects the answers name into the cache concurrently, so a fetch over
+        partitions in different objects waits for one store round trip, not one each. A
+        failure is left for the read of that partition to report."""
+        keys = list(dict.fromkeys(b.object_key for a in answers for b in a.batches))
+        if len(keys) > 1:
+            await asyncio.gather(*(self.cache.get(k) for k in keys), return_exceptions=True)
+
     # -- offsets and deletion ----------------------------------------------------------------
 
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
@@ -204,7 +222,7 @@ class DisklessService:
         response = await self.coordinator.list_offsets(request)
         answer = response.topics[0].partitions[0]
         if answer.error_code:
-            raise KafkaError(ErrorCode(answer.error_code), answer.error_message)
+            raise KafkaError(client_error_code(answer.error_code), answer.error_message)
         by_record_time = (timestamp >= 0 or timestamp == MAX_TIMESTAMP) and (
             self.broker.log_config_for(topic).message_timestamp_type == TimestampType.CREATE_TIME)
         if answer.offset < 0 or not by_record_time:
@@ -238,7 +256,7 @@ class DisklessService:
         response = await self.coordinator.delete_records(request)
         answer = response.topics[0].partitions[0]
         if answer.error_code:
-            raise KafkaError(ErrorCode(answer.error_code), answer.error_message)
+            raise KafkaError(client_error_code(answer.error_code), answer.error_message)
         return answer.low_watermark
 
     async def files_known(self, object_keys: list[str]) -> set[str]:

@@ -54,8 +54,8 @@ def wal_object_key(now_ms: int) -> str:
     return f"{WAL_PREFIX}{now_ms:013d}-{uuid.uuid4().hex}"
 
 
-def producer_error_code(code: int) -> ErrorCode:
-    """The code a producer should see for a coordinator's answer `code`.
+def client_error_code(code: int) -> ErrorCode:
+    """The code a client (producer, consumer, admin) should see for a coordinator's `code`.
 
     Coordinator moves become NOT_LEADER_OR_FOLLOWER; our own codes (>= 1000), which stock
     producers cannot read, become KAFKA_STORAGE_ERROR if retriable, else UNKNOWN_SERVER_ERROR.
@@ -361,7 +361,7 @@ class WalWriter:
             _fail(
                 entries,
                 indexes,
-                producer_error_code(exc.code),
+                client_error_code(exc.code),
                 f"commit of {key} to coordinator {coordinator_id}: {exc}",
             )
             return None
@@ -389,7 +389,7 @@ class WalWriter:
                 accepted = accepted or (result.error_code == 0 and not result.is_duplicate)
                 continue
             if result.error_code != 0:
-                code = producer_error_code(result.error_code)
+                code = client_error_code(result.error_code)
                 future.set_exception(
                     KafkaError(
                         code, result.error_message or f"coordinator answered {result.error_code}"

@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,18 @@ def _round_trip(broker: Any, api_key: int, version: int, body: Any) -> Any:
         return round_trip(sock, api_key, version, body)
 
 
+def _answer(broker: Any, api_key: int, version: int, body: Any, error_of: Any) -> Any:
+    """The first answer whose error is not retriable, as a client's retries would get it: right
+    after a start the coordinators are still loading their logs."""
+    deadline = time.monotonic() + ANSWER_TIMEOUT_S
+    while True:
+        response = _round_trip(broker, api_key, version, body)
+        code = ErrorCode(error_of(response))
+        if not code.retriable or time.monotonic() > deadline:
+            return response
+        time.sleep(0.05)
+
+
 def _batch(producer_id: int, seq: int, values: list[bytes]) -> bytes:
     return build_batch(records_for(values, timestamp_ms=TIMESTAMP_MS), producer_id=producer_id,
                        producer_epoch=0, base_sequence=seq)
@@ -101,7 +114,8 @@ def _produce(broker: Any, topic: str, batch: bytes, partition: int = 0) -> tuple
     request = cls(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
         cls.TopicProduceData(name=topic, partition_data=[
             cls.PartitionProduceData(index=partition, records=batch)])])
-    response = _round_trip(broker, API_PRODUCE, 9, request)
+    response = _answer(broker, API_PRODUCE, 9, request,
+                       lambda r: r.responses[0].partition_responses[0].error_code)
     [part] = response.responses[0].partition_responses
     return ErrorCode(part.error_code), part.base_offset
 
@@ -115,7 +129,8 @@ def _fetch_values(broker: Any, topic: str, partition: int = 0,
                       partition=partition, current_leader_epoch=-1, fetch_offset=offset,
                       log_start_offset=-1, partition_max_bytes=1 << 24)])],
                   forgotten_topics_data=[], rack_id="")
-    [part] = _round_trip(broker, API_FETCH, 11, request).responses[0].partitions
+    [part] = _answer(broker, API_FETCH, 11, request,
+                     lambda r: r.responses[0].partitions[0].error_code).responses[0].partitions
     assert part.error_code == 0, ErrorCode(part.error_code)
     data = b"".join(bytes(r) for r in part.records) if isinstance(part.records, list) \
         else bytes(part.records or b"")
@@ -128,7 +143,8 @@ def _list_offset(broker: Any, topic: str, partition: int, timestamp: int) -> tup
     request = cls(replica_id=-1, isolation_level=0, topics=[cls.ListOffsetsTopic(
         name=topic, partitions=[cls.ListOffsetsPartition(
             partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)])])
-    [part] = _round_trip(broker, API_LIST_OFFSETS, 7, request).topics[0].partitions
+    [part] = _answer(broker, API_LIST_OFFSETS, 7, request,
+                     lambda r: r.topics[0].partitions[0].error_code).topics[0].partitions
     assert part.error_code == 0, ErrorCode(part.error_code)
     return part.offset, part.timestamp
 

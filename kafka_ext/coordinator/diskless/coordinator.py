@@ -44,6 +44,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from kafka_ext.controller.quorum_controller import DISKLESS_METADATA_TOPIC
 from kafka_ext.coordinator.diskless.shard import CommitOutcome, DisklessShard
 from kafka_ext.coordinator.diskless.state import (
     FILE_DELETING,
@@ -59,7 +60,6 @@ from kafka_ext.protocol.record_batch import TimestampType
 
 log = logging.getLogger(__name__)
 
-DISKLESS_METADATA_TOPIC = "__diskless_metadata"
 RETENTION_TIMER = "retention"
 SNAPSHOTS_KEPT = 2
 # Retries of a file's handover/deletion while an owner or the object store is unavailable.
