@@ -340,7 +340,12 @@ class CoordinatorRuntime(Generic[S]):
             outcome = callback()
             # Async callbacks (offset expiry, KIP-848 session and rebalance timeouts) write.
             if inspect.isawaitable(outcome):
-                self.spawn(_run_timer(outcome, self.topic, partition, key))
+                task = self.spawn(_run_timer(outcome, self.topic, partition, key))
+                if inspect.iscoroutine(outcome):
+                    # Cancelled before it ran (stop() right after the timer fired): close the
+                    # callback's coroutine, which would otherwise warn it was never awaited.
+                    coroutine = outcome
+                    task.add_done_callback(lambda t: coroutine.close() if t.cancelled() else None)
 
         handle = loop.call_later(max(delay_ms, 0) / 1000, fire)
         ctx.timers[key] = handle
