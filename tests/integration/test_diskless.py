@@ -27,6 +27,7 @@ from kafka_ext.protocol.records import Record, build_batch, decode_all_batches, 
 from tests.integration.clients import (
     ADMIN_TIMEOUT_S,
     CONSUME_TIMEOUT_S,
+    PRODUCERS,
     by_partition,
     consume_aiokafka,
     consume_confluent,
@@ -204,6 +205,19 @@ def test_stock_clients_produce_and_consume_10000_messages_over_6_partitions(
     # No segment files: the data is in WAL objects, committed to several coordinators.
     assert not any((broker.data_dir / f"{topic}-{p}").exists() for p in range(6))
     assert len(_coordinators_with_batches(broker)) >= 2
+
+
+@pytest.mark.parametrize("library", ["kafka-python", "aiokafka"])
+def test_other_stock_producers_write_to_a_diskless_topic(broker_factory: Any,
+                                                         library: str) -> None:
+    broker = broker_factory(_BASE_OVERRIDES)
+    topic = new_topic_name("diskless-producers")
+    create_topic(broker.bootstrap, topic, 3, DISKLESS)
+    records = make_records(600, partitions=3)
+    offsets = PRODUCERS[library](broker.bootstrap, topic, records)
+    assert offsets == dense_offsets(records)
+    got = consume_confluent(broker.bootstrap, topic, {p: 0 for p in range(3)}, 600)
+    assert by_partition(got) == by_partition(expected_messages(records, offsets))
 
 
 def test_list_offsets_by_time_and_the_watermarks_come_from_the_coordinator(
