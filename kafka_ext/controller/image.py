@@ -65,6 +65,12 @@ class MetadataImage:
     def topic_configs(self, topic: str) -> dict[str, str]:
         return self.configs.get((TOPIC_RESOURCE, topic), {})
 
+    def is_diskless(self, topic: str, partition: int) -> bool:
+        """Whether the partition exists and is mapped to a diskless coordinator."""
+        known = self.topics_by_name.get(topic)
+        part = known.partitions.get(partition) if known is not None else None
+        return part is not None and part.is_diskless
+
     def apply(self, offset: int, record_name: str, record: Any) -> MetadataImage:
         """The image after one record; unknown record types leave it unchanged."""
         return self.apply_all(offset, [(record_name, record)])

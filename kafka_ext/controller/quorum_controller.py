@@ -47,8 +47,8 @@ TopicConfigValidator = Callable[[str, str], str]
 
 # Topics only the broker itself may create.
 RESERVED_TOPICS = frozenset({METADATA_TOPIC})
-# KIP-1164: a coordinator id is a partition of this topic (the same name as
-# coordinator.diskless.DISKLESS_METADATA_TOPIC, which imports this module, hence the copy).
+# KIP-1164: a coordinator id is a partition of this topic (the diskless coordinator, which
+# imports this module, uses this name).
 DISKLESS_METADATA_TOPIC = "__diskless_metadata"
 DISKLESS_ENABLE_CONFIG = "diskless.enable"
 # The coordinators' own topics keep local logs.

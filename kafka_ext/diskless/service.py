@@ -105,11 +105,7 @@ class DisklessService:
     # -- routing -----------------------------------------------------------------------------
 
     def is_diskless(self, topic: str, partition: int) -> bool:
-        found = self.broker.controller.image.topics_by_name.get(topic)
-        if found is None:
-            return False
-        part = found.partitions.get(partition)
-        return part is not None and part.is_diskless
+        return bool(self.broker.controller.image.is_diskless(topic, partition))
 
     def topic_id(self, topic: str) -> uuid.UUID:
         found = self.broker.controller.image.topics_by_name.get(topic)

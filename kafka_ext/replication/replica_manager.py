@@ -144,9 +144,7 @@ class ReplicaManager:
 
     def is_diskless(self, topic: str, partition: int) -> bool:
         """Whether the current metadata maps this partition to a diskless coordinator."""
-        known = self._image.topics_by_name.get(topic)
-        part = known.partitions.get(partition) if known is not None else None
-        return part is not None and part.is_diskless
+        return self._image.is_diskless(topic, partition)
 
     def leader_partition(self, topic: str, partition: int) -> Partition:
         hosted = self.partitions.get((topic, partition))
