@@ -4,7 +4,9 @@ Behaviour as Kafka's: long poll until `min_bytes` are available or `max_wait_ms`
 `max_bytes` caps the response and `partition_max_bytes` each partition, except that the first
 non-empty partition may return one whole batch beyond them so a large batch never blocks a
 consumer; reading from an offset inside a batch returns the whole batch. Topic IDs replace names
-from v13. Sessions (v7+) are in fetch_session.py. Nothing here copies or decodes record bytes.
+from v13. Sessions (v7+) are in fetch_session.py. Diskless partitions are read from their WAL
+objects (DisklessService.fetch) in the same response. Nothing here copies or decodes record
+bytes.
 """
 
 from __future__ import annotations
@@ -219,7 +221,6 @@ def _read_all(broker: Any, request: Any, targets: list[_Target], diskless: set[i
                 for txn in plog.aborted_transactions_in(info)]
         total += sum(r.nbytes for r in info.records)
     return results, total, has_error
-
 
 
 async def _read_diskless(broker: Any, request: Any, targets: list[_Target], results: list[Any],
