@@ -15,6 +15,7 @@ import pytest
 from kafka_ext.controller.quorum_controller import TopicCreation
 from kafka_ext.coordinator.diskless import DISKLESS_METADATA_TOPIC, DisklessCoordinator
 from kafka_ext.coordinator.diskless.state import backup_database, remove_database
+from kafka_ext.diskless.service import DisklessService
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.messages import registry
 from tests.unit.coordinator.mini_broker import MiniBroker
@@ -578,5 +579,31 @@ async def test_retention_runs_on_its_timer(tmp_path: Path) -> None:
         await until(lambda: h.deleted == ["wal/1"])
         assert await h.list_offset(tid, 0, -2) == (NONE, 1, -1)
     finally:
+        await h.coordinator.stop()
+        h.broker.stop()
+
+
+async def test_a_topic_deleted_while_the_coordinators_were_down_is_dropped_at_start(
+        tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    await h.start()
+    service = None
+    try:
+        tid = await h.create_topic("gone", 2)
+        await h.commit("wal/1", [batch(tid, 0), batch(tid, 1)])
+        await h.coordinator.stop()
+        # The metadata forgets the topic while no coordinator runs to hear of it.
+        outcome = await h.broker.controller.delete_topics(["gone"])
+        assert outcome["gone"][0] == ErrorCode.NONE
+        await h.start_coordinator()
+        assert tid in h.coordinator.known_topic_ids()
+        h.broker.diskless_coordinator = h.coordinator
+        service = DisklessService(h.broker)
+        service.coordinator.delete_object = h.delete_object  # the harness records deletions
+        await service.start()
+        await until(lambda: tid not in h.coordinator.known_topic_ids() and h.deleted == ["wal/1"])
+    finally:
+        if service is not None:
+            await service.stop()
         await h.coordinator.stop()
         h.broker.stop()
