@@ -31,6 +31,7 @@ from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.record_batch import TimestampType, validate_batches
 from kafka_ext.protocol.records import decode_records
+from kafka_ext.storage.log_validator import TimestampBounds, validate_batch_records
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,12 @@ class DisklessService:
             raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
                              f"batch of {header.size_bytes} bytes exceeds max.message.bytes "
                              f"{config.max_message_bytes} of {topic}")
+        if config.message_timestamp_type == TimestampType.CREATE_TIME:  # KIP-467 record errors
+            validate_batch_records(
+                records, batches[0][0], header, topic=topic, partition=partition, compacted=False,
+                timestamps=TimestampBounds.around(int(time.time() * 1000),
+                                                  config.message_timestamp_before_max_ms,
+                                                  config.message_timestamp_after_max_ms))
         return await self.writer.append(self.topic_id(topic), partition, memoryview(records))
 
     # -- fetch -------------------------------------------------------------------------------

@@ -26,7 +26,6 @@ from kafka_ext.protocol.records import (
     build_end_txn_marker,
     recompress_batch,
 )
-from kafka_ext.storage.log_cleaner import validate_keys_for_compaction
 from kafka_ext.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -177,8 +176,6 @@ class ReplicaManager:
         if len(batches) != 1:
             raise KafkaError(ErrorCode.INVALID_RECORD, "Produce requests with version 3 and "
                              "above must contain exactly one record batch per partition")
-        if plog.config.compacts:  # Kafka's LogValidator: a compacted topic needs every key
-            validate_keys_for_compaction(records, topic, partition)
         target = TOPIC_COMPRESSION_CODECS.get(plog.config.compression_type)
         if target is not None and batches[0][1].compression != target:
             records = recompress_batch(records, target)  # the one produce path that decodes

@@ -1,7 +1,8 @@
 """Produce (0): append producers' batches to partition logs; v3-v11 (v0-2 advertised, refused).
 
 Each partition answers on its own: an unknown partition, a corrupt batch or a batch above
-max.message.bytes fails that partition only. Batches are validated by header and CRC and
+max.message.bytes fails that partition only. A batch refused for particular records (keyless on a
+compacted topic, timestamps out of range) lists them in v8+ RecordErrors (KIP-467). Batches are validated by header and CRC and
 appended whole (never decoded). Idempotent batches are checked against the partition's producer
 state: a duplicate is answered with its original base offset and no error; sequence gaps, old
 epochs and plain batches inside a transaction get Kafka's errors. Transactional batches need
@@ -28,6 +29,7 @@ from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.record_batch import ATTRIBUTES_POS, TRANSACTIONAL_FLAG
 from kafka_ext.server.dispatcher import RequestContext
 from kafka_ext.server.metadata import INTERNAL_TOPICS
+from kafka_ext.storage.log_validator import RecordValidationError
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,7 @@ _Response = registry()["ProduceResponse"].cls
 _TRANSACTIONAL_BYTE_POS = ATTRIBUTES_POS + 1  # the low byte of the big-endian int16 attributes
 _TopicResponse = _Response.TopicProduceResponse
 _PartitionResponse = _Response.PartitionProduceResponse
+_RecordError = _PartitionResponse.BatchIndexAndErrorMessage
 
 
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
@@ -104,6 +107,10 @@ def _succeeded(answer: Any, base_offset: int, log_append_time_ms: int,
 def _failed(answer: Any, exc: KafkaError) -> None:
     answer.error_code = int(exc.code)
     answer.error_message = exc.message or None
+    if isinstance(exc, RecordValidationError):  # KIP-467: v8+ names the records at fault
+        answer.record_errors = [_RecordError(batch_index=e.batch_index,
+                                             batch_index_error_message=e.message)
+                                for e in exc.record_errors]
 
 
 async def _logged_append(append: Awaitable[Any]) -> None:

@@ -52,6 +52,7 @@ from kafka_ext.storage.leader_epoch_cache import (
 )
 from kafka_ext.storage.log_cleaner import complete_interrupted_swaps
 from kafka_ext.storage.log_config import LogConfig
+from kafka_ext.storage.log_validator import TimestampBounds, validate_batch_records
 from kafka_ext.storage.producer_state import (
     AppendOrigin,
     BatchMetadata,
@@ -378,20 +379,28 @@ class UnifiedLog:
         with `in_place`, in `records` itself (it must then be writable and the caller's alone);
         under message.timestamp.type=LogAppendTime also stamps the time (log_append_time_ms,
         else the clock). Raises MESSAGE_TOO_LARGE for a batch over
-        max.message.bytes and RECORD_LIST_TOO_LARGE for more than segment.bytes at once.
+        max.message.bytes, RECORD_LIST_TOO_LARGE for more than segment.bytes at once and
+        RecordValidationError for records the topic refuses (see log_validator).
         """
         buf = memoryview(records) if in_place else bytearray(records)
         batches = self._whole_batches(buf)
-        create_time = self._config.message_timestamp_type == TimestampType.CREATE_TIME
-        now_ms = self._clock_ms()
+        config = self._config
+        # A replicated batch was validated by its leader, as Kafka's follower appends are.
+        validate = origin is not AppendOrigin.REPLICATION
+        timestamps = (TimestampBounds.around(self._clock_ms(),
+                                             config.message_timestamp_before_max_ms,
+                                             config.message_timestamp_after_max_ms)
+                      if config.message_timestamp_type == TimestampType.CREATE_TIME else None)
         for pos, header in batches:
             if header.size_bytes > self._config.max_message_bytes:
                 raise KafkaError(
                     ErrorCode.MESSAGE_TOO_LARGE,
                     f"batch of {header.size_bytes} bytes exceeds max.message.bytes {self._config.max_message_bytes}",
                 )
-            if create_time:
-                self._check_timestamps(header, now_ms)
+            if validate:  # keyless records on a compacted topic, timestamps (KIP-467)
+                validate_batch_records(buf, pos, header, topic=self.topic,
+                                       partition=self.partition, compacted=config.compacts,
+                                       timestamps=timestamps)
             if header.producer_id >= 0:
                 marker = marker_of(buf, pos) if header.is_control else None
                 duplicate = self.producer_state.check_batch(header, origin, marker)
@@ -544,19 +553,6 @@ class UnifiedLog:
                 and header.partition_leader_epoch >= 0
             ):
                 self._epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-
-    def _check_timestamps(self, header: BatchHeader, now_ms: int) -> None:
-        """message.timestamp.before/after.max.ms, checked on the batch's first and largest
-        timestamps (the header's; records are not decoded): INVALID_TIMESTAMP outside them."""
-        earliest = now_ms - self._config.message_timestamp_before_max_ms
-        latest = now_ms + self._config.message_timestamp_after_max_ms
-        for timestamp in (header.base_timestamp, header.max_timestamp):
-            if timestamp != NO_TIMESTAMP and not earliest <= timestamp <= latest:
-                raise KafkaError(
-                    ErrorCode.INVALID_TIMESTAMP,
-                    f"Timestamp {timestamp} of a record is out of range. The timestamp should "
-                    f"be within [{earliest}, {latest}]",
-                )
 
     @staticmethod
     def _whole_batches(buf: BytesLike) -> list[tuple[int, BatchHeader]]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kafka_ext.protocol.compression import compress
-from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError
+from kafka_ext.protocol.errors import DecodeError, KafkaError
 from kafka_ext.protocol.record_batch import (
     BATCH_OVERHEAD,
     CURRENT_MAGIC,
@@ -168,30 +168,6 @@ class CleanerStats:
     segments_cleaned: int = 0
     groups_swapped: int = 0
     aborted: bool = False  # the log changed under the cleaning (retention, deletion, pause)
-
-
-# ---------------------------------------------------------------------------------------------
-# Produce-path rule
-
-
-def validate_keys_for_compaction(records: BytesLike, topic: str, partition: int) -> None:
-    """Kafka's LogValidator rule for compacted topics: every record needs a key, else
-    INVALID_RECORD (the cleaner could never supersede it). Decodes: only compacted topics pay."""
-    with memoryview(records) as view:
-        for pos, header in iter_batch_headers(view):
-            if header.is_control:
-                continue
-            try:
-                _, decoded = decode_records(view, pos, verify_crc=False)
-            except DecodeError as exc:
-                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, exc.message) from exc
-            for record in decoded:  # per-record loop: the key rule is about each record
-                if record.key is None:
-                    raise KafkaError(
-                        ErrorCode.INVALID_RECORD,
-                        f"Compacted topic cannot accept message without key in topic partition "
-                        f"{topic}-{partition}.",
-                    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1038,5 +1014,4 @@ __all__ = [
     "LogCleaner",
     "LogToClean",
     "complete_interrupted_swaps",
-    "validate_keys_for_compaction",
 ]

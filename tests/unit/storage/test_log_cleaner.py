@@ -26,7 +26,6 @@ from kafka_ext.storage.log_cleaner import (
     CLEANER_OFFSET_CHECKPOINT,
     CleanerConfig,
     LogCleaner,
-    validate_keys_for_compaction,
 )
 from kafka_ext.storage.log_config import LogConfig
 from kafka_ext.storage.log_manager import LogManager
@@ -217,17 +216,6 @@ async def test_records_without_key_are_dropped_by_the_cleaner(tmp_path: Path) ->
     h.log.roll()
     await h.clean()
     assert records(h.log) == [(1, b"k", b"v")]
-
-
-def test_record_without_key_is_invalid_for_a_compacted_topic() -> None:
-    keyed = build_batch([Record(0, 0, b"k", b"v")], compression=Compression.LZ4)
-    validate_keys_for_compaction(keyed, TOPIC, 0)
-    keyless = build_batch([Record(0, 0, b"k", b"v"), Record(1, 0, None, b"v")],
-                          compression=Compression.LZ4)
-    with pytest.raises(KafkaError) as err:
-        validate_keys_for_compaction(keyless, TOPIC, 0)
-    assert err.value.code == ErrorCode.INVALID_RECORD
-    assert "Compacted topic cannot accept message without key" in err.value.message
 
 
 async def test_active_segment_and_min_compaction_lag_are_never_cleaned(tmp_path: Path) -> None:
