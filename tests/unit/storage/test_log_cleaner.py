@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.record_batch import BatchHeader, Compression, iter_batch_headers
 from kafka_ext.protocol.records import (
     ControlRecordType,
