@@ -163,13 +163,18 @@ class CoordinatorRuntime(Generic[S]):
     def topic_exists(self) -> bool:
         return self.topic in self.broker.controller.image.topics_by_name
 
+    def topic_creation(self) -> TopicCreation:
+        """The internal topic as this coordinator creates it: its partition count, replication
+        factor and configs (compaction). Every path that creates the topic asks for this one."""
+        return TopicCreation(self.topic, self.num_partitions, self.replication_factor,
+                             configs=dict(self.topic_configs))
+
     async def ensure_topic(self) -> None:
         """Create the internal topic through the controller if it does not exist yet."""
         if self.topic_exists():
             return
-        creation = TopicCreation(self.topic, self.num_partitions, self.replication_factor,
-                                 configs=dict(self.topic_configs))
-        (result,) = await self.broker.controller.create_topics([creation], validate_only=False)
+        (result,) = await self.broker.controller.create_topics([self.topic_creation()],
+                                                               validate_only=False)
         if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
             log.error("could not create internal topic %s: %s %s", self.topic,
                       result.error.name, result.message)

@@ -27,6 +27,7 @@ from kafka_ext.controller.metadata_log import METADATA_TOPIC, METADATA_TOPIC_ID
 from kafka_ext.controller.quorum_controller import QuorumController
 from kafka_ext.coordinator.diskless import DisklessCoordinator
 from kafka_ext.coordinator.group.coordinator import GroupConfig, GroupCoordinator
+from kafka_ext.coordinator.internal_topics import check_internal_topics
 from kafka_ext.coordinator.txn.coordinator import TransactionCoordinator
 from kafka_ext.diskless.service import DisklessService
 from kafka_ext.network.server import SocketServer
@@ -46,6 +47,7 @@ from kafka_ext.server import (
     producers,
     txn,
 )
+from kafka_ext.server.auto_topic_creation import AutoTopicCreationManager
 from kafka_ext.server.config import (
     BrokerConfig,
     ConfigError,
@@ -109,6 +111,7 @@ class Broker:
         self.controller: QuorumController = None  # type: ignore[assignment]  # set in start()
         self.txn_coordinator = TransactionCoordinator(self)
         self.group_coordinator = GroupCoordinator(self, GroupConfig.from_broker_config(config))
+        self.auto_topic_creation = AutoTopicCreationManager(self)
         # Diskless topics (docs/diskless.md): the coordinators of __diskless_metadata, and the
         # broker side (WAL writer, object cache, orphan scanner) that uses them.
         self.diskless_coordinator = DisklessCoordinator(self)
@@ -239,6 +242,7 @@ class Broker:
         self.replica_manager.apply_image(None, self.controller.image)
         self._delete_stray_logs()
         self.controller.listeners.append(self.replica_manager.apply_image)
+        await check_internal_topics(self)  # before the coordinators place keys over them
         await self.txn_coordinator.start()  # after the replica manager's listener: shards need logs
         await self.group_coordinator.start()
         await self.diskless_coordinator.start()

@@ -2,8 +2,10 @@
 
 A null topic list (v1+) or an empty one (v0) asks for every topic. Unknown topics are
 auto-created when `auto.create.topics.enable` and the request's AllowAutoTopicCreation (v4+)
-agree; the answer already carries the new partitions, since the single node commits at once.
-Internal topics (`__cluster_metadata`) are never listed. Partitions of diskless topics (v9+)
+agree: as in Kafka the creation starts and the answer is LEADER_NOT_AVAILABLE without
+partitions; the client's next Metadata request finds the topic (server/auto_topic_creation.py).
+`__consumer_offsets` and `__transaction_state` are created only with their coordinator's shape.
+`__cluster_metadata` is never listed. Partitions of diskless topics (v9+)
 carry the tagged PreferredProduceBrokers: the produce gateways of their coordinator
 (kafka_ext/diskless/gateways.py), or every live broker before `__diskless_metadata` exists.
 """
@@ -13,11 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from kafka_ext.controller.image import MetadataImage, TopicImage
-from kafka_ext.controller.quorum_controller import (
-    DISKLESS_METADATA_TOPIC,
-    TopicCreation,
-    check_topic_name,
-)
+from kafka_ext.controller.quorum_controller import DISKLESS_METADATA_TOPIC, check_topic_name
 from kafka_ext.diskless.gateways import produce_gateways
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
@@ -60,7 +58,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             else:
                 missing.append(name)
         if missing:
-            topics += await _auto_create(ctx, request, missing, gateways)
+            topics += _missing_topics(ctx, request, missing)
     return _Response(
         brokers=[_Broker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
                  for n in nodes],
@@ -101,32 +99,24 @@ def _topic(topic: TopicImage, gateways: _Gateways) -> Any:
                     for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)])
 
 
-async def _auto_create(ctx: RequestContext, request: Any, names: list[str],
-                       gateways: _Gateways) -> list[Any]:
+def _missing_topics(ctx: RequestContext, request: Any, names: list[str]) -> list[Any]:
+    """Answers for topics the image does not have: their creation starts when the request and
+    `auto.create.topics.enable` allow it (LEADER_NOT_AVAILABLE, as Kafka answers), else
+    UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for an illegal name)."""
     broker = ctx.broker
     allowed = broker.config.auto_create_topics_enable and (
         ctx.api_version < 4 or request.allow_auto_topic_creation)
-    answers = []
-    creatable = []
-    for name in names:
-        try:
-            check_topic_name(name)
-        except KafkaError:
-            answers.append(_Topic(error_code=int(ErrorCode.INVALID_TOPIC_EXCEPTION), name=name))
-            continue
-        # The diskless coordinator creates its topic with its own partition count, never a
-        # client's Metadata request with num.partitions.
-        if allowed and name != DISKLESS_METADATA_TOPIC:
-            creatable.append(TopicCreation(name))
-        else:
-            answers.append(_Topic(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), name=name))
-    if creatable:
-        results = await broker.controller.create_topics(creatable, validate_only=False)
-        image = broker.controller.image
-        for result in results:
-            topic = image.topics_by_name.get(result.name)
-            if topic is not None:  # created now, or concurrently by another request
-                answers.append(_topic(topic, gateways))
-            else:
-                answers.append(_Topic(error_code=int(result.error), name=result.name))
-    return answers
+    if allowed:
+        answers = broker.auto_topic_creation.create_topics(names)
+    else:
+        answers = [(name, _unknown_topic_error(name)) for name in names]
+    return [_Topic(error_code=int(error), name=name, is_internal=name in INTERNAL_TOPICS)
+            for name, error in answers]
+
+
+def _unknown_topic_error(name: str) -> ErrorCode:
+    try:
+        check_topic_name(name)
+    except KafkaError:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

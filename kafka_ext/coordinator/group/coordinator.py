@@ -974,7 +974,7 @@ class GroupCoordinator:
     def list_groups(self, states: set[str], types: set[str]) -> tuple[ErrorCode, list[ListedGroup]]:
         """Groups of every loaded shard, filtered by state and type (case-insensitively)."""
         error = ErrorCode.NONE
-        if any(self.runtime.is_loading(p) for p in range(self.config.num_partitions)):
+        if any(self.runtime.is_loading(p) for p in range(self.runtime.num_partitions)):
             error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         wanted_states = {s.lower() for s in states}
         wanted_types = {t.lower() for t in types}

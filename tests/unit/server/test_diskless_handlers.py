@@ -31,12 +31,13 @@ from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.framing import decode_response, encode_request
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.auto_topic_creation import AutoTopicCreationManager
 from kafka_ext.server.broker import Broker
 from kafka_ext.server.config import build_config
 from kafka_ext.server.diskless import HANDLERS, error_response
 from kafka_ext.server.dispatcher import RequestContext
 from kafka_ext.server.groups import DISKLESS_KEY_TYPE, handle_find_coordinator
-from kafka_ext.server.metadata import _auto_create, _Gateways
+from kafka_ext.server.metadata import _missing_topics
 
 DISKLESS_KEYS = [93, 94, 95, 96, 97, 98, 100]
 DISKLESS: dict[str, str | None] = {"diskless.enable": "true"}
@@ -235,18 +236,19 @@ async def test_diskless_metadata_topic_is_internal_and_refuses_client_produce(
     assert code == ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
-async def test_a_metadata_request_never_auto_creates_the_diskless_metadata_topic() -> None:
+def test_a_metadata_request_never_auto_creates_the_diskless_metadata_topic() -> None:
     # A stand-in broker: the real one may already have created the topic at start.
     broker = SimpleNamespace(
         config=SimpleNamespace(auto_create_topics_enable=True),
         controller=SimpleNamespace(image=MetadataImage()))
+    broker.auto_topic_creation = AutoTopicCreationManager(broker)
     ctx = RequestContext(header=None, api_version=12, broker=broker,  # type: ignore[arg-type]
                          connection=None)  # type: ignore[arg-type]
     cls = _reg["MetadataRequest"].cls
-    (answer,) = await _auto_create(ctx, cls(allow_auto_topic_creation=True),
-                                   [DISKLESS_METADATA_TOPIC],
-                                   _Gateways(MetadataImage(), []))
+    (answer,) = _missing_topics(ctx, cls(allow_auto_topic_creation=True),
+                                [DISKLESS_METADATA_TOPIC])
     assert answer.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert answer.is_internal
 
 
 # -- FindCoordinator -------------------------------------------------------------------------
