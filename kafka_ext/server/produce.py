@@ -1,9 +1,10 @@
 """Produce (0): append producers' batches to partition logs; v3-v11 (v0-2 advertised, refused).
 
 Each partition answers on its own: an unknown partition, a corrupt batch or a batch above
-max.message.bytes fails that partition only. A batch refused for particular records (keyless on a
-compacted topic, timestamps out of range) lists them in v8+ RecordErrors (KIP-467). Batches are validated by header and CRC and
-appended whole (never decoded). Idempotent batches are checked against the partition's producer
+max.message.bytes fails that partition only; a batch refused for particular records (keyless on
+a compacted topic, timestamps out of range) names them in v8+ RecordErrors (KIP-467). Batches
+are validated by header and CRC and appended whole (decoded only where storage/log_validator.py
+says). Idempotent batches are checked against the partition's producer
 state: a duplicate is answered with its original base offset and no error; sequence gaps, old
 epochs and plain batches inside a transaction get Kafka's errors. Transactional batches need
 the request's transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise, as Kafka).
