@@ -162,6 +162,22 @@ def test_metadata_naming_consumer_offsets_creates_it_as_the_group_coordinator_do
     _group_commits_and_fetches(broker.bootstrap)
 
 
+def test_a_librdkafka_producer_naming_consumer_offsets_gets_the_coordinators_topic(
+        broker_factory: Any) -> None:
+    broker = broker_factory({"offsets.topic.num.partitions": "4", **GROUPS_FAST})
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "message.timeout.ms": 10_000})
+    errors: list[int] = []
+    producer.produce("__consumer_offsets", value=b"v", partition=0,
+                     on_delivery=lambda err, _: errors.append(err.code() if err else 0))
+    assert producer.flush(CONSUME_TIMEOUT_S) == 0
+    assert errors == [confluent_kafka.KafkaError.TOPIC_EXCEPTION]  # only coordinators write
+    created = _wait_for_topic(broker.bootstrap, "__consumer_offsets")
+    assert len(created.partitions) == 4
+    assert _topic_config(broker.bootstrap, "__consumer_offsets", "cleanup.policy") == "compact"
+    _group_commits_and_fetches(broker.bootstrap)
+
+
 def test_metadata_naming_transaction_state_creates_it_as_the_coordinator_does(
         broker_factory: Any) -> None:
     broker = broker_factory({"transaction.state.log.num.partitions": "3"})
