@@ -1,8 +1,8 @@
 """Admin APIs: topics, partitions, records, configs and the cluster.
 
-CreateTopics (19, v2-v7, validate-only too), DeleteTopics (20, v1-v6, by name or id from v6),
+CreateTopics (19, v0-v7, validate-only from v1), DeleteTopics (20, v0-v6, by name or id from v6),
 CreatePartitions (37, v0-v3, a result per topic), DeleteRecords (21, v0-v2), DescribeConfigs
-(32, v1-v4), AlterConfigs (33, v0-v2: replaces the resource's whole set), IncrementalAlterConfigs
+(32, v0-v4; v0 says IsDefault where later versions say ConfigSource), AlterConfigs (33, v0-v2: replaces the resource's whole set), IncrementalAlterConfigs
 (44, v0-v1), DescribeCluster (60, v0-v1); the log dir APIs are in log_dirs.py. Each topic or
 resource answers with its own error; the controller validates and commits metadata changes.
 """
@@ -175,7 +175,7 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
         for e in entries:
             result.configs.append(Response.DescribeConfigsResourceResult(
                 name=e.name, value=e.value, read_only=e.read_only, config_source=int(e.source),
-                is_sensitive=e.is_sensitive,
+                is_default=e.is_default, is_sensitive=e.is_sensitive,
                 synonyms=[Response.DescribeConfigsSynonym(name=s.name, value=s.value,
                                                           source=int(s.source))
                           for s in e.synonyms] if request.include_synonyms else [],

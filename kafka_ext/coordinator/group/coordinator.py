@@ -110,6 +110,7 @@ class OffsetCommitEntry:
     offset: int
     leader_epoch: int = -1
     metadata: str | None = ""
+    commit_timestamp: int = -1  # OffsetCommit v1's own commit time (ms); -1: the broker's clock
 
 
 @dataclass(slots=True)
@@ -810,7 +811,9 @@ class GroupCoordinator:
             errors.append(ErrorCode.NONE)
             records.append((offset_commit_key(group_id, entry.topic, entry.partition),
                             offset_commit_value(OffsetAndMetadata(
-                                entry.offset, entry.leader_epoch, metadata, now_ms, expire_ms))))
+                                entry.offset, entry.leader_epoch, metadata,
+                                now_ms if entry.commit_timestamp == -1 else entry.commit_timestamp,
+                                expire_ms))))
         return CoordinatorResult(records, errors)
 
     async def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int,
