@@ -2,9 +2,9 @@
 
 FindCoordinator (10, v0-v6; v0 knows only groups; batched coordinator_keys from v4; key type 0
 groups, 1 transactional ids, 100 diskless coordinators as docs/protocol.md proposes), JoinGroup
-(11, v0-v9; v0 has no rebalance timeout: the session timeout serves, MEMBER_ID_REQUIRED from v4,
-static members from v5, protocol type in the answer from v7, SkipAssignment v9), SyncGroup (14,
-v0-v5; protocol checks v5), Heartbeat (12, v0-v4), LeaveGroup (13, v0-v5; batched members from
+(11, v0-v9; v0 has no rebalance timeout (-1): the coordinator uses the session timeout;
+MEMBER_ID_REQUIRED from v4, static members from v5, protocol type in the answer from v7,
+SkipAssignment v9), SyncGroup (14, v0-v5; protocol checks v5), Heartbeat (12, v0-v4), LeaveGroup (13, v0-v5; batched members from
 v3), OffsetCommit (8, v0-v9; v1 per-partition commit timestamps, v2-v4 retention time),
 OffsetFetch (9, v0-v9; several groups from v8, member epochs v9), OffsetDelete (47, v0),
 ListGroups (16, v0-v5; state filter v4, type filter v5), DescribeGroups (15, v0-v5), DeleteGroups
@@ -133,8 +133,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
             group_id=request.group_id, member_id=request.member_id,
             group_instance_id=request.group_instance_id, client_id=ctx.client_id or "",
             client_host=_client_host(ctx), session_timeout_ms=request.session_timeout_ms,
-            rebalance_timeout_ms=(request.session_timeout_ms if version == 0
-                                  else request.rebalance_timeout_ms),
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
             protocol_type=request.protocol_type,
             protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
             api_version=version)
