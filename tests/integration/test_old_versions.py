@@ -384,6 +384,26 @@ def test_list_offsets_v0_answers_old_style_offsets_by_segment(broker: Any) -> No
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
 
 
+@pytest.mark.parametrize(("timestamp", "since"), [(-3, 7), (-4, 8), (-5, 9), (-6, None)])
+def test_list_offsets_special_timestamps_need_the_version_that_brought_them(
+        broker: Any, timestamp: int, since: int | None) -> None:
+    topic = new_topic_name("list-special")
+    Req = _reg["ListOffsetsRequest"].cls
+    with connection(broker) as conn:
+        create_topic(conn, topic)
+        produce(conn, topic, [b"a", b"b"])
+        for version in range(1, _reg["ListOffsetsRequest"].versions.highest + 1):
+            response = conn.call("ListOffsets", version, replica_id=-1, topics=[
+                Req.ListOffsetsTopic(name=topic, partitions=[Req.ListOffsetsPartition(
+                    partition_index=0, timestamp=timestamp)])])
+            [p] = response.topics[0].partitions
+            supported = since is not None and version >= since
+            assert (p.error_code == 0) == supported, version
+            if not supported:
+                assert (p.error_code, p.offset, p.timestamp) == (
+                    ErrorCode.UNSUPPORTED_VERSION, -1, -1), version
+
+
 # -- admin: CreateTopics v0-1, DeleteTopics v0, DeleteGroups v0, DescribeConfigs v0 ------------
 
 def test_create_topics_v0_and_v1_and_delete_topics_v0(broker: Any) -> None:
