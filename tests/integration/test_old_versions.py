@@ -457,13 +457,20 @@ def test_describe_configs_v0_says_is_default_instead_of_config_source(broker: An
     Req = _reg["DescribeConfigsRequest"].cls
     with connection(broker) as conn:
         create_topic(conn, topic, configs={"retention.ms": "123456"})
-        response = conn.call("DescribeConfigs", 0, resources=[Req.DescribeConfigsResource(
-            resource_type=2, resource_name=topic,
-            configuration_keys=["retention.ms", "cleanup.policy"])])
-    [result] = response.results
-    assert (result.error_code, result.resource_type, result.resource_name) == (0, 2, topic)
-    assert sorted((c.name, c.value, c.is_default, c.read_only) for c in result.configs) == [
+        response = conn.call("DescribeConfigs", 0, resources=[
+            Req.DescribeConfigsResource(resource_type=2, resource_name=topic,
+                                        configuration_keys=["retention.ms", "cleanup.policy"]),
+            Req.DescribeConfigsResource(resource_type=4, resource_name="",
+                                        configuration_keys=["log.dirs", "num.partitions"])])
+    topic_result, broker_result = response.results
+    assert (topic_result.error_code, topic_result.resource_type, topic_result.resource_name) == (
+        0, 2, topic)
+    assert sorted((c.name, c.value, c.is_default, c.read_only) for c in topic_result.configs) == [
         ("cleanup.policy", "delete", True, False), ("retention.ms", "123456", False, False)]
+    assert (broker_result.error_code, broker_result.resource_type) == (0, 4)
+    # log.dirs is set on the command line (a static broker config), num.partitions is not.
+    assert sorted((c.name, c.value, c.is_default) for c in broker_result.configs) == [
+        ("log.dirs", str(broker.data_dir), False), ("num.partitions", "1", True)]
 
 
 # -- OffsetForLeaderEpoch v0-1 -----------------------------------------------------------------
