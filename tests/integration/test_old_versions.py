@@ -439,6 +439,24 @@ def test_create_topics_v0_and_v1_and_delete_topics_v0(broker: Any) -> None:
                    f"{created} to disappear from metadata")
 
 
+def test_delete_topics_v0_to_v2_with_deletion_disabled_get_invalid_request(
+        broker_factory: Any) -> None:
+    """TOPIC_DELETION_DISABLED came with DeleteTopics v3; Kafka answers older versions
+    INVALID_REQUEST, and the topic stays."""
+    broker = broker_factory({"delete.topic.enable": "false"})
+    topic = new_topic_name("undeletable")
+    with connection(broker) as conn:
+        create_topic(conn, topic)
+        for version in range(4):
+            response = conn.call("DeleteTopics", version, timeout_ms=30_000,
+                                 topic_names=[topic])
+            expected = (ErrorCode.TOPIC_DELETION_DISABLED if version >= 3
+                        else ErrorCode.INVALID_REQUEST)
+            assert [(r.name, r.error_code) for r in response.responses] == [
+                (topic, expected)], version
+        assert topic in metadata_topics(conn)
+
+
 def test_delete_groups_v0(broker: Any) -> None:
     topic, group = new_topic_name("delete-groups"), new_topic_name("group-del")
     with connection(broker) as conn:
