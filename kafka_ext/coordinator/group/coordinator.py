@@ -748,7 +748,8 @@ class GroupCoordinator:
         """OffsetCommit: a code per entry; group-level failures raise KafkaError."""
         partition, _ = self._shard(group_id)
         now_ms = self._clock_ms()
-        expire_ms = now_ms + retention_time_ms if retention_time_ms >= 0 else -1
+        # v2-v4 RetentionTimeMs; -1 (and every later version) keeps offsets.retention.minutes.
+        expire_ms = now_ms + retention_time_ms if retention_time_ms != -1 else -1
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[list[ErrorCode]]:
             group = shard.group(group_id)
