@@ -2,9 +2,10 @@
 
 CreateTopics (19, v0-v7, validate-only from v1), DeleteTopics (20, v0-v6, by name or id from v6),
 CreatePartitions (37, v0-v3, a result per topic), DeleteRecords (21, v0-v2), DescribeConfigs
-(32, v0-v4; v0 says IsDefault where later versions say ConfigSource), AlterConfigs (33, v0-v2: replaces the resource's whole set), IncrementalAlterConfigs
-(44, v0-v1), DescribeCluster (60, v0-v1); the log dir APIs are in log_dirs.py. Each topic or
-resource answers with its own error; the controller validates and commits metadata changes.
+(32, v0-v4; v0 says IsDefault where later versions say ConfigSource), AlterConfigs (33, v0-v2:
+replaces the resource's whole set), IncrementalAlterConfigs (44, v0-v1), DescribeCluster (60,
+v0-v1); the log dir APIs are in log_dirs.py. Each topic or resource answers with its own error;
+the controller validates and commits metadata changes.
 """
 
 from __future__ import annotations
