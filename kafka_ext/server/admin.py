@@ -64,7 +64,8 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     if not ctx.broker.config.delete_topic_enable:
         names = request.topic_names or [t.name for t in request.topics]
         # TOPIC_DELETION_DISABLED came with v3; Kafka answers older versions INVALID_REQUEST.
-        code = ErrorCode.TOPIC_DELETION_DISABLED if ctx.api_version >= 3 else ErrorCode.INVALID_REQUEST
+        code = (ErrorCode.TOPIC_DELETION_DISABLED if ctx.api_version >= 3
+                else ErrorCode.INVALID_REQUEST)
         return Response(responses=[Response.DeletableTopicResult(name=n, error_code=int(code))
                                    for n in names])
     requested: list[tuple[str | None, uuid.UUID]] = []

@@ -5,8 +5,9 @@ groups, 1 transactional ids, 100 diskless coordinators as docs/protocol.md propo
 (11, v0-v9; v0 has no rebalance timeout (-1): the coordinator uses the session timeout;
 MEMBER_ID_REQUIRED from v4, static members from v5, protocol type in the answer from v7,
 SkipAssignment v9), SyncGroup (14, v0-v5; protocol checks v5), Heartbeat (12, v0-v4),
-LeaveGroup (13, v0-v5; batched members from v3), OffsetCommit (8, v0-v9; v1 per-partition commit timestamps, v2-v4 retention time),
-OffsetFetch (9, v0-v9; several groups from v8, member epochs v9), OffsetDelete (47, v0),
+LeaveGroup (13, v0-v5; batched members from v3), OffsetCommit (8, v0-v9; v1 per-partition
+commit timestamps, v2-v4 retention time), OffsetFetch (9, v0-v9; several groups from v8, member
+epochs v9), OffsetDelete (47, v0),
 ListGroups (16, v0-v5; state filter v4, type filter v5), DescribeGroups (15, v0-v5), DeleteGroups
 (42, v0-v2), TxnOffsetCommit (28, v0-v4), and KIP-848's ConsumerGroupHeartbeat (68, v0-v1; the
 member id comes from the client from v1, from us when empty; topic regex v1) and
