@@ -1,10 +1,11 @@
 """Admin APIs: topics, partitions, records, configs and the cluster.
 
-CreateTopics (19, v2-v7, validate-only too), DeleteTopics (20, v1-v6, by name or id from v6),
+CreateTopics (19, v0-v7, validate-only from v1), DeleteTopics (20, v0-v6, by name or id from v6),
 CreatePartitions (37, v0-v3, a result per topic), DeleteRecords (21, v0-v2), DescribeConfigs
-(32, v1-v4), AlterConfigs (33, v0-v2: replaces the resource's whole set), IncrementalAlterConfigs
-(44, v0-v1), DescribeCluster (60, v0-v1); the log dir APIs are in log_dirs.py. Each topic or
-resource answers with its own error; the controller validates and commits metadata changes.
+(32, v0-v4; v0 says IsDefault where later versions say ConfigSource), AlterConfigs (33, v0-v2:
+replaces the resource's whole set), IncrementalAlterConfigs (44, v0-v1), DescribeCluster (60,
+v0-v1); the log dir APIs are in log_dirs.py. Each topic or resource answers with its own error;
+the controller validates and commits metadata changes.
 """
 
 from __future__ import annotations
@@ -62,8 +63,11 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     image = ctx.broker.controller.image
     if not ctx.broker.config.delete_topic_enable:
         names = request.topic_names or [t.name for t in request.topics]
-        return Response(responses=[Response.DeletableTopicResult(
-            name=n, error_code=int(ErrorCode.TOPIC_DELETION_DISABLED)) for n in names])
+        # TOPIC_DELETION_DISABLED came with v3; Kafka answers older versions INVALID_REQUEST.
+        code = (ErrorCode.TOPIC_DELETION_DISABLED if ctx.api_version >= 3
+                else ErrorCode.INVALID_REQUEST)
+        return Response(responses=[Response.DeletableTopicResult(name=n, error_code=int(code))
+                                   for n in names])
     requested: list[tuple[str | None, uuid.UUID]] = []
     if ctx.api_version >= 6:
         requested = [(t.name, t.topic_id) for t in request.topics]
@@ -175,7 +179,7 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
         for e in entries:
             result.configs.append(Response.DescribeConfigsResourceResult(
                 name=e.name, value=e.value, read_only=e.read_only, config_source=int(e.source),
-                is_sensitive=e.is_sensitive,
+                is_default=e.is_default, is_sensitive=e.is_sensitive,
                 synonyms=[Response.DescribeConfigsSynonym(name=s.name, value=s.value,
                                                           source=int(s.source))
                           for s in e.synonyms] if request.include_synonyms else [],

@@ -1,15 +1,21 @@
 """Consumer group APIs: coordinator discovery, the classic group protocol and offsets.
 
-FindCoordinator (10, v1-v6; batched coordinator_keys from v4; key type 0 groups, 1 transactional
-ids, 100 diskless coordinators as docs/protocol.md proposes), JoinGroup (11, v2-v9;
-MEMBER_ID_REQUIRED from v4, static members from v5, protocol type
-in the answer from v7, SkipAssignment v9), SyncGroup (14, v0-v5; protocol checks v5),
-Heartbeat (12, v0-v4), LeaveGroup (13, v0-v5; batched members from v3), OffsetCommit (8, v2-v9),
-OffsetFetch (9, v1-v9; several groups from v8, member epochs v9), OffsetDelete (47, v0),
+FindCoordinator (10, v0-v6; v0 knows only groups; batched coordinator_keys from v4; key type 0
+groups, 1 transactional ids, 100 diskless coordinators as docs/protocol.md proposes), JoinGroup
+(11, v0-v9; v0 has no rebalance timeout (-1): the coordinator uses the session timeout;
+MEMBER_ID_REQUIRED from v4, static members from v5, protocol type in the answer from v7,
+SkipAssignment v9), SyncGroup (14, v0-v5; protocol checks v5), Heartbeat (12, v0-v4),
+LeaveGroup (13, v0-v5; batched members from v3), OffsetCommit (8, v0-v9; v1 per-partition
+commit timestamps, v2-v4 retention time), OffsetFetch (9, v0-v9; several groups from v8, member
+epochs v9), OffsetDelete (47, v0),
 ListGroups (16, v0-v5; state filter v4, type filter v5), DescribeGroups (15, v0-v5), DeleteGroups
-(42, v1-v2), TxnOffsetCommit (28, v0-v4), and KIP-848's ConsumerGroupHeartbeat (68, v0-v1; the
+(42, v0-v2), TxnOffsetCommit (28, v0-v4), and KIP-848's ConsumerGroupHeartbeat (68, v0-v1; the
 member id comes from the client from v1, from us when empty; topic regex v1) and
 ConsumerGroupDescribe (69, v0). The GroupCoordinator decides; these handlers translate the wire.
+
+OffsetCommit v0 and OffsetFetch v0 read and wrote ZooKeeper, not the group coordinator; Kafka
+3.9 in KRaft mode decodes them and answers UNSUPPORTED_VERSION for every partition of a known
+topic, and so do we (docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -208,8 +214,10 @@ def _commit_entries(ctx: RequestContext, request: Any
             if t.name not in known:
                 codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                entries.append(OffsetCommitEntry(t.name, p.partition_index, p.committed_offset,
-                                                 p.committed_leader_epoch, p.committed_metadata))
+                entries.append(OffsetCommitEntry(
+                    t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                    p.committed_metadata,
+                    getattr(p, "commit_timestamp", -1)))  # OffsetCommit v1 only, never Txn
     return entries, codes
 
 
@@ -217,7 +225,11 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["OffsetCommitResponse"].cls
     entries, codes = _commit_entries(ctx, request)
     failure: ErrorCode | None = None
-    if entries:
+    if entries and ctx.api_version == 0:
+        # ZooKeeper-stored in Kafka; its KRaft mode fails the whole request, unknown topics too.
+        failure = ErrorCode.UNSUPPORTED_VERSION
+        entries += [OffsetCommitEntry(t, p, -1) for t, p in codes]
+    elif entries:
         try:
             results = await _coordinator(ctx).commit_offsets(
                 group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
@@ -288,9 +300,12 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
         return Response(groups=groups)
     wanted = (None if request.topics is None else
               [(t.name, p) for t in request.topics for p in t.partition_indexes])
-    error, fetched = _fetch(coordinator, request.group_id, wanted, require_stable)
+    if ctx.api_version == 0:  # ZooKeeper-stored in Kafka; its KRaft mode answers this
+        error, fetched = ErrorCode.UNSUPPORTED_VERSION, []
+    else:
+        error, fetched = _fetch(coordinator, request.group_id, wanted, require_stable)
     if error != ErrorCode.NONE and ctx.api_version < 2:
-        # v1 has no top-level error: every requested partition carries it.
+        # v0-v1 have no top-level error: every requested partition carries it.
         fetched = [FetchedOffset(t, p, -1, -1, "", int(error)) for t, p in wanted or []]
     return Response(error_code=int(error), topics=_by_topic(
         fetched, Response.OffsetFetchResponseTopic, Response.OffsetFetchResponsePartition))

@@ -1,22 +1,36 @@
-"""ListOffsets (2, v1-v10) and OffsetForLeaderEpoch (23, v2-v4): offsets by time and by epoch.
+"""ListOffsets (2, v0-v10) and OffsetForLeaderEpoch (23, v0-v4): offsets by time and by epoch.
 
 ListOffsets special timestamps, as Kafka: -1 latest (the high watermark, or the last stable
 offset for read_committed), -2 earliest, -3 the offset of the largest timestamp (KIP-734),
 -4 earliest local (= earliest: no tiered storage), -5 earliest pending upload (none: -1).
 A timestamp finds the first offset whose timestamp is at or after it through the time index.
+Each special timestamp needs the version that introduced it (-1 and -2 any, -3 v7, -4 v8, -5 v9).
+v0 is Kafka's legacy lookup: up to MaxNumOffsets segment boundaries (OldStyleOffsets).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kafka_ext.protocol.errors import KafkaError
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.dispatcher import RequestContext
-from kafka_ext.storage.log import LATEST_TIMESTAMP
+from kafka_ext.storage.log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -5  # the others (-1 to -4) are the log's to resolve
 READ_COMMITTED = 1  # ListOffsets isolation_level (v2+)
+CONSUMER_REPLICA_ID = -1  # ListOffsets replica_id of a consumer (not a follower or a debug tool)
+# The first version that knows each special timestamp; below it, or for any other negative
+# timestamp, Kafka answers the partition UNSUPPORTED_VERSION.
+_SPECIAL_TIMESTAMP_SINCE = {
+    LATEST_TIMESTAMP: 0, EARLIEST_TIMESTAMP: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP: 9,
+}
 
 _Offsets = registry()["ListOffsetsResponse"].cls
 _Epochs = registry()["OffsetForLeaderEpochResponse"].cls
@@ -32,6 +46,15 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                                                            error_code=0)
             partitions.append(result)
             try:
+                if p.timestamp < 0 and ctx.api_version < _SPECIAL_TIMESTAMP_SINCE.get(
+                        p.timestamp, 1 << 15):
+                    raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                                     f"timestamp {p.timestamp} at ListOffsets v{ctx.api_version}")
+                if ctx.api_version == 0:
+                    result.old_style_offsets = await _lookup_v0(
+                        ctx.broker, topic.name, p.partition_index, p.timestamp,
+                        p.max_num_offsets, request.replica_id == CONSUMER_REPLICA_ID)
+                    continue
                 if ctx.broker.diskless.is_diskless(topic.name, p.partition_index):
                     result.offset, result.timestamp, result.leader_epoch = await _lookup_diskless(
                         ctx.broker, topic.name, p.partition_index, p.timestamp)
@@ -63,6 +86,22 @@ def _lookup(hosted: Any, timestamp: int, isolation_level: int = 0) -> tuple[int,
     if offset >= fetchable and offset != plog.log_start_offset:
         return -1, -1, -1  # not yet visible to consumers
     return offset, found_timestamp, leader_epoch
+
+
+async def _lookup_v0(broker: Any, topic: str, partition: int, timestamp: int,
+                     max_num_offsets: int, from_consumer: bool) -> list[int]:
+    """ListOffsets v0 of one partition. A consumer never sees offsets past the high watermark:
+    they are replaced by it, as Kafka does. A diskless partition has no segments: its answer
+    is the one offset of the v1 lookup (-1 latest, -2 earliest)."""
+    if broker.diskless.is_diskless(topic, partition):
+        offset, _, _ = await _lookup_diskless(broker, topic, partition, timestamp)
+        return [offset] if offset >= 0 and max_num_offsets > 0 else []
+    hosted = broker.replica_manager.leader_partition(topic, partition)
+    offsets: list[int] = hosted.log.legacy_offsets_before(timestamp, max_num_offsets)
+    high_watermark = hosted.log.high_watermark
+    if from_consumer and any(o > high_watermark for o in offsets):
+        offsets = [high_watermark] + [o for o in offsets if o <= high_watermark]
+    return offsets
 
 
 async def _lookup_diskless(broker: Any, topic: str, partition: int,

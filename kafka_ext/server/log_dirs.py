@@ -1,4 +1,4 @@
-"""DescribeLogDirs (35, v1-v4) and AlterReplicaLogDirs (34, v1-v2): JBOD (KIP-112, KIP-113).
+"""DescribeLogDirs (35, v0-v4) and AlterReplicaLogDirs (34, v0-v2): JBOD (KIP-112, KIP-113).
 
 Mirrors Kafka's ReplicaManager.describeLogDirs/alterReplicaLogDirs. DescribeLogDirs reports every
 configured dir: an offline one answers KAFKA_STORAGE_ERROR (and -1 bytes); an online one its

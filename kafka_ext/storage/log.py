@@ -738,6 +738,27 @@ class UnifiedLog:
                 return OffsetAndTimestamp(found[1], found[0], found[2])
         return None
 
+    def legacy_offsets_before(self, timestamp_ms: int, max_num_offsets: int) -> list[int]:
+        """ListOffsets v0, as Kafka: up to `max_num_offsets` offsets, highest first, from the
+        last point at or before `timestamp_ms` (-1 the last, -2 the first) backwards. A point is
+        a segment's base offset with its file's mtime, plus the log end offset stamped now when
+        the active segment holds data: v0 predates record timestamps."""
+        segments = self._segments
+        points = [(max(s.base_offset, self._log_start_offset), s.last_modified_ms)
+                  for s in segments]
+        if segments[-1].size_bytes > 0:
+            points.append((self._log_end_offset, self._clock_ms()))
+        if timestamp_ms == LATEST_TIMESTAMP:
+            start = len(points) - 1
+        elif timestamp_ms == EARLIEST_TIMESTAMP:
+            start = 0
+        else:
+            start = len(points) - 1
+            while start >= 0 and points[start][1] > timestamp_ms:
+                start -= 1
+        picked = [points[i][0] for i in range(start, start - min(max_num_offsets, start + 1), -1)]
+        return sorted(picked, reverse=True)
+
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (epoch, end offset), (-1, -1) when the epoch is unknown."""
         return self._epoch_cache.end_offset_for(leader_epoch, self._log_end_offset)

@@ -117,6 +117,11 @@ class LogSegment:
         """Largest batch max timestamp, or the file's mtime when no batch has one (retention.ms)."""
         if self.max_timestamp_ms >= 0:
             return self.max_timestamp_ms
+        return self.last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        """The log file's mtime (ms): what ListOffsets v0 compares timestamps with."""
         return int(os.fstat(self._fd).st_mtime * 1000)
 
     def indexes_are_sane(self) -> bool:

@@ -150,6 +150,17 @@ def _list_offset(broker: Any, topic: str, partition: int, timestamp: int) -> tup
     return part.offset, part.timestamp
 
 
+def _list_offsets_v0(broker: Any, topic: str, timestamp: int) -> list[int]:
+    """ListOffsets v0 of partition 0: a diskless partition has no segments, so one offset."""
+    cls = registry()["ListOffsetsRequest"].cls
+    request = cls(replica_id=-1, topics=[cls.ListOffsetsTopic(name=topic, partitions=[
+        cls.ListOffsetsPartition(partition_index=0, timestamp=timestamp, max_num_offsets=10)])])
+    [part] = _answer(broker, API_LIST_OFFSETS, 0, request,
+                     lambda r: r.topics[0].partitions[0].error_code).topics[0].partitions
+    assert part.error_code == 0, ErrorCode(part.error_code)
+    return list(part.old_style_offsets)
+
+
 def _producer_id() -> int:
     return random.randrange(1_000_000, 1 << 40)
 
@@ -242,6 +253,8 @@ def test_list_offsets_by_time_and_the_watermarks_come_from_the_coordinator(
     assert _produce(broker, topic, batch) == (ErrorCode.NONE, 5)
     assert _list_offset(broker, topic, 0, TIMESTAMP_MS + 10_005) == (6, TIMESTAMP_MS + 10_020)
     assert _list_offset(broker, topic, 0, -3) == (6, TIMESTAMP_MS + 10_020)
+    assert _list_offsets_v0(broker, topic, -1) == [8]
+    assert _list_offsets_v0(broker, topic, -2) == [0]
 
 
 def test_a_resent_idempotent_batch_gets_its_original_offset_and_is_stored_once(

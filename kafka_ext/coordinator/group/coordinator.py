@@ -110,6 +110,7 @@ class OffsetCommitEntry:
     offset: int
     leader_epoch: int = -1
     metadata: str | None = ""
+    commit_timestamp: int = -1  # OffsetCommit v1's own commit time (ms); -1: the broker's clock
 
 
 @dataclass(slots=True)
@@ -747,7 +748,8 @@ class GroupCoordinator:
         """OffsetCommit: a code per entry; group-level failures raise KafkaError."""
         partition, _ = self._shard(group_id)
         now_ms = self._clock_ms()
-        expire_ms = now_ms + retention_time_ms if retention_time_ms >= 0 else -1
+        # v2-v4 RetentionTimeMs; -1 (and every later version) keeps offsets.retention.minutes.
+        expire_ms = now_ms + retention_time_ms if retention_time_ms != -1 else -1
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[list[ErrorCode]]:
             group = shard.group(group_id)
@@ -810,7 +812,9 @@ class GroupCoordinator:
             errors.append(ErrorCode.NONE)
             records.append((offset_commit_key(group_id, entry.topic, entry.partition),
                             offset_commit_value(OffsetAndMetadata(
-                                entry.offset, entry.leader_epoch, metadata, now_ms, expire_ms))))
+                                entry.offset, entry.leader_epoch, metadata,
+                                now_ms if entry.commit_timestamp == -1 else entry.commit_timestamp,
+                                expire_ms))))
         return CoordinatorResult(records, errors)
 
     async def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int,

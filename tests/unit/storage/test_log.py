@@ -159,6 +159,35 @@ def test_max_timestamp_offset_is_the_record_with_largest_timestamp(
     assert log.fetch_offset_by_timestamp(MAX_TIMESTAMP) == (3, 900, 0)
 
 
+def test_legacy_offsets_before_walks_segments_by_modification_time(
+    tmp_path: Path, clock, make_batch
+) -> None:
+    """ListOffsets v0: segment base offsets whose file was last written at or before the
+    timestamp, plus the log end offset (stamped now) for a non-empty active segment."""
+    log = _open(tmp_path, clock, segment_bytes=200)
+    for n in range(3):
+        log.append_as_leader(make_batch(timestamps=[n, n, n]), 0)
+    assert [s.base_offset for s in log.segments] == [0, 3, 6]
+    for n, segment in enumerate(log.segments):
+        os.utime(segment.log_path, ((n + 1) * 1000.0, (n + 1) * 1000.0))  # 1e6, 2e6, 3e6 ms
+    clock.now_ms = 5_000_000
+    assert log.legacy_offsets_before(LATEST_TIMESTAMP, 10) == [9, 6, 3, 0]
+    assert log.legacy_offsets_before(LATEST_TIMESTAMP, 2) == [9, 6]
+    assert log.legacy_offsets_before(EARLIEST_TIMESTAMP, 10) == [0]
+    assert log.legacy_offsets_before(2_500_000, 10) == [3, 0]
+    assert log.legacy_offsets_before(3_000_000, 1) == [6]
+    assert log.legacy_offsets_before(5_000_000, 10) == [9, 6, 3, 0]
+    assert log.legacy_offsets_before(999_999, 10) == []
+    assert log.legacy_offsets_before(LATEST_TIMESTAMP, 0) == []
+    log.maybe_increment_log_start_offset(4)
+    assert log.legacy_offsets_before(EARLIEST_TIMESTAMP, 10) == [4]
+    assert log.legacy_offsets_before(LATEST_TIMESTAMP, 10) == [9, 6, 4]
+    log.roll()  # an empty active segment stands for itself: its base, no extra log end offset
+    os.utime(log.segments[-1].log_path, (4000.0, 4000.0))
+    assert log.legacy_offsets_before(LATEST_TIMESTAMP, 10) == [9, 6, 4]
+    assert log.legacy_offsets_before(3_500_000, 10) == [6, 4]
+
+
 def test_end_offset_for_epoch(tmp_path: Path, clock, make_batch) -> None:
     log = _open(tmp_path, clock)
     log.append_as_leader(make_batch(3), 1)
