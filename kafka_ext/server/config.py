@@ -1224,9 +1224,6 @@ def _check_kraft(values: dict[str, object], sources: Mapping[str, ConfigSource],
             if lst.host in _NON_ROUTABLE_HOSTS:
                 raise fail("advertised.listeners", f"{lst.name} must advertise a routable host, "
                                                    f"not the meta-address {lst.host!r}")
-            if not is_controller and lst.name in controller_names:
-                raise fail("advertised.listeners",
-                           f"{lst.name} is a controller listener: clients only talk to brokers")
     advertised = tuple(lst for lst in advertised_all if lst.name not in controller_names)
 
     inter_broker = values["inter.broker.listener.name"]
