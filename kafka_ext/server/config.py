@@ -9,16 +9,16 @@ too, and DescribeConfigs entries (value, source, synonyms, type, documentation) 
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import socket
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from pathlib import Path
 from typing import NamedTuple
+
+from kafka_ext.storage.formatter import random_uuid
 
 INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
@@ -1027,11 +1027,6 @@ class BrokerConfig:
         return topic_config_defaults(self)
 
 
-def generate_cluster_id() -> str:
-    """A fresh cluster id in Kafka's form: a random UUID as 22 characters of URL-safe base64."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
-
-
 def _parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
@@ -1277,7 +1272,7 @@ def _assemble(values: dict[str, object], sources: dict[str, ConfigSource],
     cluster_id = values["cluster.id"]
     cluster_id_generated = cluster_id is None
     if cluster_id is None:
-        cluster_id = generate_cluster_id()
+        cluster_id = random_uuid()  # as `kafka-ext storage random-uuid` prints
         values["cluster.id"] = cluster_id
 
     storage_url = values["diskless.storage.url"]
