@@ -1116,7 +1116,8 @@ def _check_kraft(values: dict[str, object], sources: Mapping[str, ConfigSource],
 
     The one departure: a combined node with neither controller.quorum.voters nor
     controller.quorum.bootstrap.servers is the embedded single node, its own quorum, and may
-    leave node.id and controller.listener.names unset (docs/cluster.md).
+    leave node.id and controller.listener.names unset; its inter-broker listener defaults to
+    its first broker listener (docs/cluster.md).
     """
     roles = set(_strings(values["process.roles"]))
     is_broker, is_controller = "broker" in roles, "controller" in roles
@@ -1235,7 +1236,10 @@ def _check_kraft(values: dict[str, object], sources: Mapping[str, ConfigSource],
             raise fail("listeners", "a broker needs at least one listener that is not a "
                                     "controller's (are all of them in controller.listener.names?)")
         key = "inter.broker.listener.name"
-        if inter_broker is None:
+        if (inter_broker is None and embedded
+                and sources["security.inter.broker.protocol"] is ConfigSource.DEFAULT_CONFIG):
+            inter_broker = advertised[0].name  # a single node has no broker to talk to
+        elif inter_broker is None:
             key = "security.inter.broker.protocol"
             inter_broker = str(values["security.inter.broker.protocol"])
         if inter_broker not in {lst.name for lst in advertised}:

@@ -194,6 +194,15 @@ def test_inter_broker_listener_defaults_to_security_inter_broker_protocol() -> N
     assert config.inter_broker_listener_name == "CLIENT"
 
 
+def test_embedded_default_takes_its_first_broker_listener_for_inter_broker() -> None:
+    config = build({}, listeners="CLIENT://h1:9092",
+                   listener_security_protocol_map="CLIENT:PLAINTEXT")
+    assert config.inter_broker_listener_name == "CLIENT"
+    refused("security.inter.broker.protocol", "must be one of the advertised broker listeners",
+            {}, listeners="CLIENT://h1:9092", listener_security_protocol_map="CLIENT:PLAINTEXT",
+            security_inter_broker_protocol="PLAINTEXT")
+
+
 def test_inter_broker_listener_must_be_an_advertised_broker_listener() -> None:
     refused("inter.broker.listener.name", "must be one of the advertised broker listeners",
             COMBINED, inter_broker_listener_name="CONTROLLER")
