@@ -16,13 +16,17 @@ from kafka_ext.cli import (
     console_consumer,
     console_producer,
     log_dirs,
+    metadata_quorum,
     reassign_partitions,
+    storage,
     topics,
 )
 from kafka_ext.cli.client_config import UsageError
 from kafka_ext.server.config import ConfigError, format_config_value, load_config
+from kafka_ext.storage.formatter import LogDirIdentityError
 
 EXIT_CONFIG_ERROR = 2
+EXIT_STORAGE_ERROR = 1
 
 
 def _add_server_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,6 +64,9 @@ def _run_server(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # the broker may reject settings it checks late (e.g. meta.properties)
         print(f"kafka-ext: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+    except LogDirIdentityError as exc:  # unformatted, or formatted for another cluster or node
+        print(f"kafka-ext: storage error: {exc}", file=sys.stderr)
+        return EXIT_STORAGE_ERROR
     except KeyboardInterrupt:
         return 130
     return 0
@@ -76,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     console_consumer.add_parser(subparsers)
     log_dirs.add_parser(subparsers)
     reassign_partitions.add_parser(subparsers)
+    storage.add_parser(subparsers)
+    metadata_quorum.add_parser(subparsers)
     return parser
 
 

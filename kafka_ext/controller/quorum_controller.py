@@ -19,6 +19,7 @@ from typing import Any
 
 from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from kafka_ext.controller.metadata_log import METADATA_TOPIC, build_metadata_batch, replay
+from kafka_ext.controller.quorum_status import LOCAL_LEADER_EPOCH, LocalQuorum, QuorumStatusSource
 from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
@@ -37,7 +38,7 @@ MAX_TOPIC_NAME_LENGTH = 249
 MAX_RECORDS_PER_USER_OP = 10000
 _LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 METADATA_VERSION_FEATURE = "metadata.version"
-METADATA_VERSION_LEVEL = 22  # 4.0-IV3
+METADATA_VERSION_LEVEL = 25  # 4.0-IV3, when the dirs hold no bootstrap.checkpoint
 # Kafka's controller refuses a block that would pass Long.MAX_VALUE minus one block.
 MAX_PRODUCER_ID = (1 << 63) - 1
 
@@ -136,6 +137,11 @@ class QuorumController:
         self.image = MetadataImage()
         self.listeners: list[ImageListener] = []
         self.live_brokers: set[int] = {node_id}
+        # DescribeQuorum's source: this node alone until the Raft core feeds it (the broker
+        # gives it the voter's directory id and endpoints).
+        self.quorum: QuorumStatusSource = LocalQuorum(
+            node_id, ZERO_UUID, lambda: int(self.log.log_end_offset),
+            lambda: int(self.log.high_watermark), tuple)
         self._lock = asyncio.Lock()
         self._records = registry()
 
@@ -159,14 +165,16 @@ class QuorumController:
         log.info("replayed __cluster_metadata up to offset %d: %d topics",
                  image.offset, len(image.topics_by_name))
 
-    async def bootstrap(self) -> None:
-        """On a fresh log, record the metadata version, as `kafka-storage format` would."""
+    async def bootstrap(self, records: list[Any] | None = None) -> None:
+        """On a fresh log, commit the bootstrap metadata `storage format` wrote
+        (bootstrap.checkpoint: metadata.version and features), else the latest metadata.version."""
         if self.image.offset >= 0:
             return
-        feature = self._record("FeatureLevelRecord", name=METADATA_VERSION_FEATURE,
-                               feature_level=METADATA_VERSION_LEVEL)
+        if not records:
+            records = [self._record("FeatureLevelRecord", name=METADATA_VERSION_FEATURE,
+                                    feature_level=METADATA_VERSION_LEVEL)]
         async with self._lock:
-            await self._commit([feature])
+            await self._commit(list(records))
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -485,7 +493,7 @@ class QuorumController:
         batch = build_metadata_batch(records)
         first_offset = self.log.log_end_offset
         try:
-            self.log.append_as_leader(batch, leader_epoch=0)
+            self.log.append_as_leader(batch, leader_epoch=LOCAL_LEADER_EPOCH)
             await self.run_blocking(self.log.flush)
         except OSError as exc:
             log.error("could not commit %d metadata record(s): %s", len(records), exc)

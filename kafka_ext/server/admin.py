@@ -225,6 +225,15 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["DescribeClusterResponse"].cls
     broker = ctx.broker
+    if ctx.api_version >= 1 and request.endpoint_type == 2 and broker.config.is_controller:
+        # KIP-919 (--bootstrap-controller): the voters' endpoints, the quorum leader as controller.
+        status = broker.controller.quorum.status(0)
+        return Response(error_code=0, endpoint_type=2, cluster_id=broker.cluster_id,
+                        controller_id=status.leader_id,
+                        brokers=[Response.DescribeClusterBroker(broker_id=e.node_id, host=e.host,
+                                                                port=e.port, rack=None)
+                                 for e in {e.node_id: e for e in reversed(status.endpoints)}
+                                 .values()])
     if ctx.api_version >= 1 and request.endpoint_type != 1:  # 1: brokers; 2: controllers
         return Response(error_code=int(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE),
                         error_message="Only broker endpoints are served here",

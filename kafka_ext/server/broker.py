@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from kafka_ext.controller.image import MetadataImage
 from kafka_ext.controller.metadata_log import METADATA_TOPIC, METADATA_TOPIC_ID
 from kafka_ext.controller.quorum_controller import QuorumController
+from kafka_ext.controller.quorum_status import ZERO_UUID, LocalQuorum, VoterEndpoint
 from kafka_ext.coordinator.diskless import DisklessCoordinator
 from kafka_ext.coordinator.group.coordinator import GroupConfig, GroupCoordinator
 from kafka_ext.coordinator.internal_topics import check_internal_topics
@@ -45,6 +46,7 @@ from kafka_ext.server import (
     metadata,
     produce,
     producers,
+    quorum,
     txn,
 )
 from kafka_ext.server.auto_topic_creation import AutoTopicCreationManager
@@ -56,7 +58,8 @@ from kafka_ext.server.config import (
 )
 from kafka_ext.server.dispatcher import RequestDispatcher
 from kafka_ext.server.fetch_session import FetchSessionCache
-from kafka_ext.storage.checkpoints import CorruptCheckpointError, MetaProperties
+from kafka_ext.server.kraft import prepare_storage
+from kafka_ext.storage.formatter import read_bootstrap_records
 from kafka_ext.storage.log import UnifiedLog
 from kafka_ext.storage.log_cleaner import CleanerConfig, LogCleaner
 from kafka_ext.storage.log_config import LogConfig
@@ -83,7 +86,8 @@ class Broker:
         _check_supported(config)
         self.config = config
         self.node_id = config.node_id
-        self.cluster_id = _formatted_cluster_id(config)
+        # KRaft start-up (server/kraft.py): formatted storage, a quorum this build serves.
+        self.cluster_id, self.bootstrap_voters = prepare_storage(config)
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-ext-io")
         self.log_manager = LogManager(config.log_dirs, node_id=config.node_id,
                                       cluster_id=self.cluster_id)
@@ -140,6 +144,7 @@ class Broker:
             ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
             ApiKey.DESCRIBE_CLUSTER: admin.handle_describe_cluster,
+            ApiKey.DESCRIBE_QUORUM: quorum.handle_describe_quorum,
             ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
             ApiKey.ALTER_REPLICA_LOG_DIRS: log_dirs.handle_alter_replica_log_dirs,
             ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
@@ -227,17 +232,7 @@ class Broker:
         tune_garbage_collector()
         await self.run_blocking(self.log_manager.load)
         await self.run_blocking(self.replica_mover.recover)  # `.move` dirs left by a crash
-        metadata_log = self.log_manager.get_log(METADATA_TOPIC, 0)
-        if metadata_log is None:
-            metadata_log = self.log_manager.create_log(METADATA_TOPIC, 0, METADATA_TOPIC_ID,
-                                                       LogConfig())
-        self.controller = QuorumController(
-            self.node_id, metadata_log, default_partitions=self.config.num_partitions,
-            default_replication_factor=self.config.default_replication_factor,
-            validate_topic_config=self.normalise_topic_config, run_blocking=self.run_blocking,
-            diskless_coordinators=self.config.diskless_metadata_topic_num_partitions)
-        await self.run_blocking(self.controller.load)
-        await self.controller.bootstrap()
+        await self._start_controller()
         self.log_dir_failures.mark_unlocatable_partitions(self.controller.image)
         self.replica_manager.apply_image(None, self.controller.image)
         self._delete_stray_logs()
@@ -269,6 +264,39 @@ class Broker:
                 max(self.log_cleaner.config.backoff_ms, 10) / 1000, self.log_cleaner.run_once)))
         log.info("kafka-ext broker %d started (cluster %s) on ports %s",
                  self.node_id, self.cluster_id, self.bound_ports)
+
+    async def _start_controller(self) -> None:
+        """Open `__cluster_metadata` in metadata.log.dir, replay it, and on a fresh log commit
+        what `storage format` put in bootstrap.checkpoint; DescribeQuorum reads `quorum`."""
+        metadata_dir = self.config.metadata_log_dir.resolve()
+        metadata_log = self.log_manager.get_log(METADATA_TOPIC, 0)
+        if metadata_log is None:
+            self.log_manager.preferred_dirs[(METADATA_TOPIC, 0)] = metadata_dir
+            metadata_log = self.log_manager.create_log(METADATA_TOPIC, 0, METADATA_TOPIC_ID,
+                                                       LogConfig())
+        self.controller = QuorumController(
+            self.node_id, metadata_log, default_partitions=self.config.num_partitions,
+            default_replication_factor=self.config.default_replication_factor,
+            validate_topic_config=self.normalise_topic_config, run_blocking=self.run_blocking,
+            diskless_coordinators=self.config.diskless_metadata_topic_num_partitions)
+        await self.run_blocking(self.controller.load)
+        bootstrap = await self.run_blocking(lambda: read_bootstrap_records(metadata_dir))
+        await self.controller.bootstrap(bootstrap)
+        directory_id = ZERO_UUID  # a static quorum's voters carry no directory id (KIP-853)
+        if self.bootstrap_voters is not None and metadata_dir in self.log_manager.online_dirs():
+            directory_id = self.log_manager.directory_id(metadata_dir)
+        self.controller.quorum = LocalQuorum(
+            self.node_id, directory_id, lambda: int(metadata_log.log_end_offset),
+            lambda: int(metadata_log.high_watermark), self._voter_endpoints)
+
+    def _voter_endpoints(self) -> tuple[VoterEndpoint, ...]:
+        """Where this voter is reached: its controller listeners, or (the embedded default,
+        which has none) its broker listeners; a port 0 listener shows the port it bound."""
+        bound = {lst.name: port for lst, port in zip(self.config.listeners, self.bound_ports,
+                                                     strict=False)}
+        chosen = self.config.controller_listeners or self.config.advertised_listeners
+        return tuple(VoterEndpoint(self.node_id, lst.name, lst.host or "localhost",
+                                   lst.port or bound.get(lst.name, 0)) for lst in chosen)
 
     def _delete_stray_logs(self) -> None:
         """Logs of topics the metadata no longer has (deleted while we were down), and of
@@ -394,35 +422,13 @@ def _unlink_deleted_files(pending: list[tuple[UnifiedLog, list[Path]]]
 
 def _check_supported(config: BrokerConfig) -> None:
     """Refuse settings this broker would otherwise ignore: a listener declared SSL or SASL must
-    never serve plaintext, and a broker-only or controller-only node needs a quorum we lack."""
+    never serve plaintext (the quorum shapes served are checked by server/kraft.py)."""
     for listener in config.listeners:
         protocol = config.security_protocol(listener.name)
         if protocol != "PLAINTEXT":
             raise ConfigError(f"listener {listener.name} uses {protocol}, which kafka-ext does "
                               "not serve yet; only PLAINTEXT listeners are supported",
                               "listeners", listener.name)
-    if set(config.process_roles) != {"broker", "controller"}:
-        raise ConfigError("only process.roles=broker,controller (a single node that is its own "
-                          "controller) is supported yet", "process.roles",
-                          ",".join(config.process_roles))
-
-
-def _formatted_cluster_id(config: BrokerConfig) -> str:
-    """The cluster id: configured, else the one the log dirs were formatted with, else new.
-
-    `kafka-ext server` with no `cluster.id` formats its dirs on first start, as
-    `kafka-storage.sh format` would, and keeps that id on every later start.
-    """
-    if not config.cluster_id_generated:
-        return config.cluster_id
-    for log_dir in config.log_dirs:
-        try:
-            meta = MetaProperties.read(log_dir)
-        except (CorruptCheckpointError, OSError):
-            continue  # LogManager reports it with the directory's name
-        if meta is not None:
-            return meta.cluster_id
-    return config.cluster_id
 
 
 def tune_garbage_collector() -> None:

@@ -9,16 +9,16 @@ too, and DescribeConfigs entries (value, source, synonyms, type, documentation) 
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import socket
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from pathlib import Path
 from typing import NamedTuple
+
+from kafka_ext.storage.formatter import random_uuid
 
 INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
@@ -353,7 +353,11 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
        "host:port entries used to discover the controller quorum (KIP-853).", "",
        _each(parse_host_port)),
     _d("inter.broker.listener.name", _S, None,
-       "Listener brokers use to talk to each other; defaults to the first non-controller listener.", ""),
+       "Listener brokers use to talk to each other; when unset, the listener named after "
+       "security.inter.broker.protocol. Set at most one of the two.", ""),
+    _d("security.inter.broker.protocol", _S, "PLAINTEXT",
+       "Security protocol brokers use to talk to each other, naming the listener when "
+       "inter.broker.listener.name is unset.", "", OneOf(SECURITY_PROTOCOLS)),
     _d("num.network.threads", _I, 3, "Number of network threads." + IGNORED, "count", at_least(1)),
     _d("num.io.threads", _I, 8, "Number of request handler threads." + IGNORED, "count", at_least(1)),
     _d("background.threads", _I, 10, "Number of background threads." + IGNORED, "count", at_least(1)),
@@ -992,6 +996,24 @@ class BrokerConfig:
         """Whether this process is a controller quorum voter (process.roles contains controller)."""
         return "controller" in self.process_roles
 
+    @property
+    def is_self_quorum(self) -> bool:
+        """Whether this is a single combined node voting for itself: process.roles=broker,
+        controller with no quorum configured (the embedded default) or voters naming only it."""
+        if not (self.is_broker and self.is_controller):
+            return False
+        if not self.controller_quorum_voters:
+            return not self.controller_quorum_bootstrap_servers
+        return [v.node_id for v in self.controller_quorum_voters] == [self.node_id]
+
+    @property
+    def controller_listeners(self) -> tuple[Listener, ...]:
+        """This controller's listeners as other nodes reach them (advertised.listeners wins)."""
+        advertised = {parse_listener(v).name: parse_listener(v)
+                      for v in _strings(self.values["advertised.listeners"] or ())}
+        return tuple(advertised.get(lst.name, _wildcard_to_hostname(lst))
+                     for lst in self.listeners if lst.name in self.controller_listener_names)
+
     def security_protocol(self, listener_name: str) -> str:
         """Security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) of a listener name."""
         return self.listener_security_protocol_map[listener_name.upper()]
@@ -1003,11 +1025,6 @@ class BrokerConfig:
     def topic_defaults(self) -> dict[str, object]:
         """Every topic config's default as this broker derives it."""
         return topic_config_defaults(self)
-
-
-def generate_cluster_id() -> str:
-    """A fresh cluster id in Kafka's form: a random UUID as 22 characters of URL-safe base64."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
 
 
 def _parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
@@ -1078,6 +1095,161 @@ def _wildcard_to_hostname(listener: Listener) -> Listener:
     return listener
 
 
+class _KRaftSettings(NamedTuple):
+    node_id: int
+    listeners: tuple[Listener, ...]
+    advertised: tuple[Listener, ...]
+    protocol_map: dict[str, str]
+    controller_names: tuple[str, ...]
+    voters: tuple[QuorumVoter, ...]
+    bootstrap: tuple[tuple[str, int], ...]
+    inter_broker: str | None
+
+
+_SECURED_PROTOCOLS = ("SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_NON_ROUTABLE_HOSTS = ("", "0.0.0.0", "::")
+
+
+def _check_kraft(values: dict[str, object], sources: Mapping[str, ConfigSource],
+                 fail: Callable[[str, str], ConfigError]) -> _KRaftSettings:
+    """KafkaConfig.validateValues' KRaft rules (3.9/4.x): roles, listeners, quorum, advertising.
+
+    The one departure: a combined node with neither controller.quorum.voters nor
+    controller.quorum.bootstrap.servers is the embedded single node, its own quorum, and may
+    leave node.id and controller.listener.names unset; its inter-broker listener defaults to
+    its first broker listener (docs/cluster.md).
+    """
+    roles = set(_strings(values["process.roles"]))
+    is_broker, is_controller = "broker" in roles, "controller" in roles
+    controller_names = tuple(n.upper() for n in _strings(values["controller.listener.names"]))
+    listeners = tuple(parse_listener(item) for item in _strings(values["listeners"]))
+    voters = tuple(parse_quorum_voter(v) for v in _strings(values["controller.quorum.voters"]))
+    bootstrap = tuple(
+        parse_host_port(v) for v in _strings(values["controller.quorum.bootstrap.servers"]))
+    node_id = _as_int(values["node.id"])
+    embedded = is_broker and is_controller and not voters and not bootstrap
+
+    # Security protocols: Kafka maps controller listeners to PLAINTEXT when the map is left at
+    # its default and nothing uses SSL or SASL.
+    protocol_map: dict[str, str] = {}
+    for item in _strings(values["listener.security.protocol.map"]):
+        name, _, protocol = item.partition(":")
+        if name.upper() in protocol_map:
+            raise fail("listener.security.protocol.map", f"listener {name} is mapped twice")
+        protocol_map[name.upper()] = protocol.upper()
+    if (sources["listener.security.protocol.map"] is ConfigSource.DEFAULT_CONFIG
+            and not any(n in _SECURED_PROTOCOLS
+                        for n in (*controller_names, *(lst.name for lst in listeners)))):
+        for name in controller_names:
+            protocol_map.setdefault(name, "PLAINTEXT")
+
+    if not listeners:
+        raise fail("listeners", "at least one listener is needed")
+    for listener in listeners:
+        if listener.name not in protocol_map:
+            raise fail("listeners",
+                       f"listener {listener.name} is not in listener.security.protocol.map")
+    ports = [lst.port for lst in listeners if lst.port != 0]
+    if len(set(ports)) != len(ports):
+        raise fail("listeners", "two listeners use the same port")
+    listener_names = {lst.name for lst in listeners}
+    for name in controller_names:
+        if name not in protocol_map:
+            raise fail("controller.listener.names",
+                       f"controller listener {name} is not in listener.security.protocol.map")
+
+    # The quorum.
+    voter_ids = [v.node_id for v in voters]
+    if len(set(voter_ids)) != len(voter_ids):
+        raise fail("controller.quorum.voters", "a voter id appears twice")
+    if not embedded and not voters and not bootstrap:
+        raise fail("controller.quorum.voters",
+                   "either controller.quorum.bootstrap.servers must list the bootstrap "
+                   "controllers or controller.quorum.voters must list the controllers, when "
+                   f"process.roles={','.join(_strings(values['process.roles']))}")
+    if not embedded and sources["node.id"] is ConfigSource.DEFAULT_CONFIG:
+        raise ConfigError("missing required configuration node.id: every node of a "
+                          "multi-node cluster needs one (only the embedded single node, with no "
+                          "controller.quorum.voters or controller.quorum.bootstrap.servers, may "
+                          "leave it unset)", "node.id", None)
+    if is_controller:
+        if voters and node_id not in voter_ids:
+            raise fail("controller.quorum.voters",
+                       f"node.id {node_id} is a controller but not one of the voters "
+                       f"{sorted(voter_ids)}")
+        for name in controller_names:
+            if name not in listener_names:
+                raise fail("controller.listener.names",
+                           f"a controller must listen on {name}, which is not in listeners")
+        if not embedded and not controller_names:
+            raise fail("controller.listener.names",
+                       "must name at least one listener of 'listeners' when this node is a "
+                       "controller of a multi-node quorum")
+        if not is_broker:
+            others = [lst.name for lst in listeners if lst.name not in controller_names]
+            if others:
+                raise fail("listeners",
+                           "must only contain the controller listeners of "
+                           f"controller.listener.names when process.roles=controller, not "
+                           f"{','.join(others)}")
+    else:
+        if node_id in voter_ids:
+            raise fail("controller.quorum.voters",
+                       f"node.id {node_id} is a voter, but process.roles is only broker")
+        if not controller_names:
+            raise fail("controller.listener.names",
+                       "a broker-only node needs the controllers' listener name")
+        for name in controller_names:
+            if name in listener_names:
+                raise fail("controller.listener.names",
+                           f"{name} is a controller listener, so it must not be in listeners "
+                           "when process.roles is only broker")
+
+    # What is advertised to clients (brokers) and other controllers.
+    advertised_value = values["advertised.listeners"]
+    if advertised_value is None:
+        advertised_all = tuple(_wildcard_to_hostname(lst) for lst in listeners)
+    else:
+        advertised_all = tuple(parse_listener(v) for v in _strings(advertised_value))
+        names = [lst.name for lst in advertised_all]
+        if len(set(names)) != len(names):
+            raise fail("advertised.listeners", "each listener name may appear only once")
+        for lst in advertised_all:
+            if lst.name not in listener_names:
+                raise fail("advertised.listeners", f"listener {lst.name} is not in listeners")
+            if lst.host in _NON_ROUTABLE_HOSTS:
+                raise fail("advertised.listeners", f"{lst.name} must advertise a routable host, "
+                                                   f"not the meta-address {lst.host!r}")
+    advertised = tuple(lst for lst in advertised_all if lst.name not in controller_names)
+
+    inter_broker = values["inter.broker.listener.name"]
+    if inter_broker is not None:
+        inter_broker = str(inter_broker).upper()
+        if sources["security.inter.broker.protocol"] is not ConfigSource.DEFAULT_CONFIG:
+            raise fail("inter.broker.listener.name", "only one of inter.broker.listener.name and "
+                                                     "security.inter.broker.protocol may be set")
+        if inter_broker not in protocol_map:
+            raise fail("inter.broker.listener.name",
+                       f"listener {inter_broker} is not in listener.security.protocol.map")
+    if is_broker:
+        if not advertised:
+            raise fail("listeners", "a broker needs at least one listener that is not a "
+                                    "controller's (are all of them in controller.listener.names?)")
+        key = "inter.broker.listener.name"
+        if (inter_broker is None and embedded
+                and sources["security.inter.broker.protocol"] is ConfigSource.DEFAULT_CONFIG):
+            inter_broker = advertised[0].name  # a single node has no broker to talk to
+        elif inter_broker is None:
+            key = "security.inter.broker.protocol"
+            inter_broker = str(values["security.inter.broker.protocol"])
+        if inter_broker not in {lst.name for lst in advertised}:
+            raise fail(key, f"the inter-broker listener {inter_broker} must be one of the "
+                            "advertised broker listeners: "
+                            f"{','.join(lst.name for lst in advertised)}")
+    return _KRaftSettings(node_id, listeners, advertised, protocol_map, controller_names, voters,
+                          bootstrap, None if inter_broker is None else str(inter_broker))
+
+
 def _assemble(values: dict[str, object], sources: dict[str, ConfigSource],
               listener_configs: dict[str, str]) -> BrokerConfig:
     """Resolve synonyms and derived defaults, then check that settings agree with each other."""
@@ -1086,82 +1258,10 @@ def _assemble(values: dict[str, object], sources: dict[str, ConfigSource],
         return _invalid(key, format_config_value(values[key]), reason)
 
     roles = _strings(values["process.roles"])
-    protocol_map: dict[str, str] = {}
-    for item in _strings(values["listener.security.protocol.map"]):
-        name, _, protocol = item.partition(":")
-        if name.upper() in protocol_map:
-            raise fail("listener.security.protocol.map", f"listener {name} is mapped twice")
-        protocol_map[name.upper()] = protocol.upper()
-    listeners = tuple(parse_listener(item) for item in _strings(values["listeners"]))
-    if not listeners:
-        raise fail("listeners", "at least one listener is needed")
-    for listener in listeners:
-        if listener.name not in protocol_map:
-            raise fail("listeners", f"listener {listener.name} is not in listener.security.protocol.map")
-    ports = [lst.port for lst in listeners if lst.port != 0]
-    if len(set(ports)) != len(ports):
-        raise fail("listeners", "two listeners use the same port")
-    listener_names = {lst.name for lst in listeners}
-
-    controller_names = tuple(n.upper() for n in _strings(values["controller.listener.names"]))
-    voters = tuple(parse_quorum_voter(v) for v in _strings(values["controller.quorum.voters"]))
-    bootstrap = tuple(
-        parse_host_port(v) for v in _strings(values["controller.quorum.bootstrap.servers"]))
-    node_id = values["node.id"]
-    assert isinstance(node_id, int)
-    for name in controller_names:
-        if name not in protocol_map:
-            raise fail("controller.listener.names",
-                       f"listener {name} is not in listener.security.protocol.map")
-    if "controller" in roles:
-        for name in controller_names:
-            if name not in listener_names:
-                raise fail("controller.listener.names",
-                           f"a controller must listen on {name}, which is not in listeners")
-        if voters and node_id not in {v.node_id for v in voters}:
-            raise fail("controller.quorum.voters",
-                       f"node.id {node_id} is a controller but not one of the voters")
-        if (voters or bootstrap) and not controller_names:
-            raise fail("controller.listener.names",
-                       "a multi-node controller quorum needs controller.listener.names")
-    else:
-        if not voters and not bootstrap:
-            raise fail("controller.quorum.voters",
-                       "a broker-only node needs controller.quorum.voters or "
-                       "controller.quorum.bootstrap.servers")
-        if not controller_names:
-            raise fail("controller.listener.names",
-                       "a broker-only node needs the controllers' listener name")
-        for name in controller_names:
-            if name in listener_names:
-                raise fail("controller.listener.names",
-                           f"{name} is a controller listener, but this node is not a controller")
-    client_listeners = tuple(lst for lst in listeners if lst.name not in controller_names)
-
-    inter_broker = values["inter.broker.listener.name"]
-    if "broker" in roles:
-        if not client_listeners:
-            raise fail("listeners", "a broker needs at least one listener that is not a controller's")
-        if inter_broker is None:
-            inter_broker = client_listeners[0].name
-        else:
-            inter_broker = str(inter_broker).upper()
-            if inter_broker not in {lst.name for lst in client_listeners}:
-                raise fail("inter.broker.listener.name",
-                           f"{inter_broker} is not a non-controller listener")
-    elif inter_broker is not None:
-        inter_broker = str(inter_broker).upper()
-
-    if values["advertised.listeners"] is None:
-        advertised = tuple(_wildcard_to_hostname(lst) for lst in client_listeners)
-    else:
-        advertised = tuple(parse_listener(v) for v in _strings(values["advertised.listeners"]))
-        for lst in advertised:
-            if lst.name not in listener_names:
-                raise fail("advertised.listeners", f"listener {lst.name} is not in listeners")
-            if lst.host in ("", "0.0.0.0", "::"):
-                raise fail("advertised.listeners",
-                           f"{lst.name} must advertise a routable host, not {lst.host!r}")
+    kraft = _check_kraft(values, sources, fail)
+    listeners, advertised, protocol_map = kraft.listeners, kraft.advertised, kraft.protocol_map
+    controller_names, voters = kraft.controller_names, kraft.voters
+    bootstrap, inter_broker, node_id = kraft.bootstrap, kraft.inter_broker, kraft.node_id
 
     dirs_value = values["log.dirs"]
     dir_texts = _strings(dirs_value) if dirs_value is not None else (str(values["log.dir"]),)
@@ -1176,7 +1276,7 @@ def _assemble(values: dict[str, object], sources: dict[str, ConfigSource],
     cluster_id = values["cluster.id"]
     cluster_id_generated = cluster_id is None
     if cluster_id is None:
-        cluster_id = generate_cluster_id()
+        cluster_id = random_uuid()  # as `kafka-ext storage random-uuid` prints
         values["cluster.id"] = cluster_id
 
     storage_url = values["diskless.storage.url"]

@@ -55,11 +55,13 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, text: str, *, sync: bool = True) -> None:
-    """Replace path with text through path.tmp + rename; with sync, fsync file and dir (blocks)."""
+def write_atomically(path: Path, text: str | bytes, *, sync: bool = True) -> None:
+    """Replace path with text (or bytes) through path.tmp + rename; with sync, fsync file and
+    dir (blocks)."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    with open(tmp, "wb") as f:
+        f.write(data)
         f.flush()
         if sync:
             os.fsync(f.fileno())

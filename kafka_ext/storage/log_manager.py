@@ -1,6 +1,6 @@
 """Every partition log of a broker across its log dirs (JBOD); mirrors Apache Kafka's LogManager.
 
-Owns each dir's meta.properties, the per-dir checkpoints (recovery points, log start offsets,
+Checks each dir's meta.properties at load (storage/formatter.py owns the rules), owns the per-dir checkpoints (recovery points, log start offsets,
 high watermarks) and the `.kafka_cleanshutdown` marker that lets the next start skip recovery.
 Concurrency: called from the event loop only. `load`, `close`, `delete_log`, the checkpoint
 methods, `flush_dirty_logs` and `measure_disk_usage` block on disk; run them off the loop (or
@@ -23,10 +23,10 @@ from kafka_ext.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
-    MetaProperties,
     OffsetCheckpointFile,
     write_atomically,
 )
+from kafka_ext.storage.formatter import check_dir_identity
 from kafka_ext.storage.log import UnifiedLog, parse_topic_partition, wall_clock_ms
 from kafka_ext.storage.log_config import LogConfig
 
@@ -50,10 +50,6 @@ class DiskUsage:
 
     total_bytes: int
     usable_bytes: int
-
-
-class LogDirIdentityError(KafkaError):
-    """A log dir's meta.properties belongs to another cluster or node: refuse to start."""
 
 
 class LogManager:
@@ -127,7 +123,8 @@ class LogManager:
         for log_dir in self.log_dirs:
             try:
                 log_dir.mkdir(parents=True, exist_ok=True)
-                self._directory_ids[log_dir] = self._check_meta_properties(log_dir)
+                self._directory_ids[log_dir] = check_dir_identity(
+                    log_dir, self.node_id, self.cluster_id, self._directory_ids.values())
             except OSError as exc:  # KIP-112: start with the dirs that work
                 self._fail_at_load(log_dir, exc)
         for log_dir in self.online_dirs():
@@ -153,31 +150,6 @@ class LogManager:
                 logger.warning("closing %s on failed dir %s: %s", log.dir, log_dir, close_exc)
         for tp in [tp for tp, d in self.future_dirs.items() if d.parent == log_dir]:
             del self.future_dirs[tp]
-
-    def _check_meta_properties(self, log_dir: Path) -> uuid.UUID:
-        """Write meta.properties once; afterwards the cluster and node ids must match it."""
-        meta = MetaProperties.read(log_dir)
-        if meta is None:
-            meta = MetaProperties(self.node_id, self.cluster_id, uuid.uuid4())
-            meta.write(log_dir)
-            return meta.directory_id
-        if meta.cluster_id != self.cluster_id:
-            raise LogDirIdentityError(
-                ErrorCode.INCONSISTENT_CLUSTER_ID,
-                f"log dir {log_dir} belongs to cluster {meta.cluster_id!r}, but this broker is "
-                f"configured for cluster {self.cluster_id!r}; refusing to start",
-            )
-        if meta.node_id != self.node_id:
-            raise LogDirIdentityError(
-                ErrorCode.KAFKA_STORAGE_ERROR,
-                f"log dir {log_dir} belongs to node {meta.node_id}, not node {self.node_id}; refusing to start",
-            )
-        if meta.directory_id in self._directory_ids.values():
-            raise LogDirIdentityError(
-                ErrorCode.KAFKA_STORAGE_ERROR,
-                f"log dir {log_dir} has the same directory.id as another log dir (a copied dir?)",
-            )
-        return meta.directory_id
 
     def _load_dir(self, log_dir: Path) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE

@@ -269,7 +269,7 @@ def test_duplicate_listener_port_is_rejected(tmp_path: Path) -> None:
 def test_quorum_voters_parse_and_must_include_controller_node(tmp_path: Path) -> None:
     base = ("listeners=PLAINTEXT://:9092,CONTROLLER://:9093\ncontroller.listener.names=CONTROLLER\n"
             "controller.quorum.voters=1@h1:9093,2@h2:9093\n")
-    config = load(tmp_path, base)
+    config = load(tmp_path, base + "node.id=1\n")
     assert config.controller_quorum_voters == (QuorumVoter(1, "h1", 9093), QuorumVoter(2, "h2", 9093))
     with pytest.raises(ConfigError, match="not one of the voters"):
         load(tmp_path, base + "node.id=3\n")

@@ -18,6 +18,7 @@ from kafka_ext.controller.quorum_controller import (
 )
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.server.config import format_config_value, validate_topic_config
+from kafka_ext.storage.formatter import bootstrap_records
 from kafka_ext.storage.log import UnifiedLog
 from kafka_ext.storage.log_config import LogConfig
 
@@ -73,6 +74,20 @@ async def test_bootstrap_records_the_metadata_version_once(
     end = metadata_log.log_end_offset
     await controller.bootstrap()
     assert metadata_log.log_end_offset == end == 1
+
+
+async def test_bootstrap_commits_the_formatted_bootstrap_records_and_reports_the_quorum(
+        tmp_path: Path) -> None:
+    log = _open_log(tmp_path)
+    controller = _controller(log)
+    await controller.bootstrap(bootstrap_records(21, {"group.version": 1}))
+    assert controller.image.features[METADATA_VERSION_FEATURE] == 21
+    assert controller.image.features["group.version"] == 1
+    status = controller.quorum.status(1234)
+    assert (status.leader_id, status.high_watermark) == (1, log.log_end_offset) == (1, 2)
+    assert [(v.replica_id, v.log_end_offset, v.last_fetch_timestamp_ms) for v in status.voters] == [
+        (1, 2, 1234)]
+    log.close()
 
 
 async def test_reloading_the_log_rebuilds_the_committed_image(tmp_path: Path) -> None:

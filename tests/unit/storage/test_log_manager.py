@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.storage.formatter import LogDirIdentityError
 from kafka_ext.storage.log_config import LogConfig
-from kafka_ext.storage.log_manager import LogDirIdentityError, LogManager
+from kafka_ext.storage.log_manager import LogManager
 
 CLUSTER = "q1Sh-9_ISia_zwGINzRvyQ"
 
