@@ -1,9 +1,5 @@
 #!/bin/sh
 # Print a topic's records, with kafka-console-consumer.sh's flags.
-# Thin launcher with Apache Kafka's script name; runs `kafka-ext console-consumer`.
-if command -v kafka-ext >/dev/null 2>&1; then
-    exec kafka-ext console-consumer "$@"
-fi
-# Not installed as a console script: run the package from this checkout.
-here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
-exec env PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -m kafka_ext.cli.main console-consumer "$@"
+# Apache Kafka's script name for `kafka-ext console-consumer`; bin/_kafka-ext-run.sh picks the Python.
+here=$(dirname -- "$(readlink -f -- "$0" 2>/dev/null || echo "$0")")
+exec "$here/_kafka-ext-run.sh" console-consumer "$@"

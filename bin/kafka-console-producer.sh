@@ -1,9 +1,5 @@
 #!/bin/sh
 # Send stdin lines to a topic, with kafka-console-producer.sh's flags.
-# Thin launcher with Apache Kafka's script name; runs `kafka-ext console-producer`.
-if command -v kafka-ext >/dev/null 2>&1; then
-    exec kafka-ext console-producer "$@"
-fi
-# Not installed as a console script: run the package from this checkout.
-here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
-exec env PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -m kafka_ext.cli.main console-producer "$@"
+# Apache Kafka's script name for `kafka-ext console-producer`; bin/_kafka-ext-run.sh picks the Python.
+here=$(dirname -- "$(readlink -f -- "$0" 2>/dev/null || echo "$0")")
+exec "$here/_kafka-ext-run.sh" console-producer "$@"

@@ -1,9 +1,5 @@
 #!/bin/sh
 # Format log dirs with a cluster id, print a new id, or show what the dirs hold, with kafka-storage.sh's flags.
-# Thin launcher with Apache Kafka's script name; runs `kafka-ext storage`.
-if command -v kafka-ext >/dev/null 2>&1; then
-    exec kafka-ext storage "$@"
-fi
-# Not installed as a console script: run the package from this checkout.
-here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
-exec env PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -m kafka_ext.cli.main storage "$@"
+# Apache Kafka's script name for `kafka-ext storage`; bin/_kafka-ext-run.sh picks the Python.
+here=$(dirname -- "$(readlink -f -- "$0" 2>/dev/null || echo "$0")")
+exec "$here/_kafka-ext-run.sh" storage "$@"

@@ -1,9 +1,5 @@
 #!/bin/sh
 # Create, list, describe, alter and delete topics, with kafka-topics.sh's flags.
-# Thin launcher with Apache Kafka's script name; runs `kafka-ext topics`.
-if command -v kafka-ext >/dev/null 2>&1; then
-    exec kafka-ext topics "$@"
-fi
-# Not installed as a console script: run the package from this checkout.
-here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
-exec env PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -m kafka_ext.cli.main topics "$@"
+# Apache Kafka's script name for `kafka-ext topics`; bin/_kafka-ext-run.sh picks the Python.
+here=$(dirname -- "$(readlink -f -- "$0" 2>/dev/null || echo "$0")")
+exec "$here/_kafka-ext-run.sh" topics "$@"

@@ -2,7 +2,9 @@
 connection) and the request/response round trip it is made of.
 
 Used by the test fixtures and the benchmarks to wait for a broker subprocess and to send exact
-requests, and usable as a container health check.
+requests, and usable as a container health check. Every ApiVersions request of ours names our
+client (api_keys.CLIENT_SOFTWARE_NAME, or NODE_SOFTWARE_NAME between nodes), which is what
+shows a connection the extension APIs.
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.api_keys import CLIENT_SOFTWARE_NAME, ApiKey
 from kafka_ext.protocol.framing import SIZE, decode_response, encode_request
 from kafka_ext.protocol.messages import registry
 
 PROBE_VERSION = 3
+# Our version string in ApiVersions v3+ (KIP-511 allows letters, digits, '-' and '.').
+CLIENT_SOFTWARE_VERSION = "0.1.0"
 
 
 def recv_exact(sock: socket.socket, size: int) -> bytes:
@@ -44,11 +48,23 @@ def round_trip(sock: socket.socket, api_key: int, version: int, body: Any,
     return response
 
 
+def api_versions_request(software_name: str = CLIENT_SOFTWARE_NAME) -> Any:
+    """Our ApiVersions v3+ request body: `software_name` decides what the broker shows us."""
+    return registry()["ApiVersionsRequest"].cls(client_software_name=software_name,
+                                                client_software_version=CLIENT_SOFTWARE_VERSION)
+
+
+def identify(sock: socket.socket, software_name: str = CLIENT_SOFTWARE_NAME,
+             correlation_id: int = 0) -> Any:
+    """Send ApiVersions v3 as `software_name` on a fresh connection; returns the answer."""
+    return round_trip(sock, ApiKey.API_VERSIONS, PROBE_VERSION,
+                      api_versions_request(software_name), correlation_id)
+
+
 def api_versions_ok(host: str, port: int, timeout_s: float = 1.0,
                     client_id: str = "kafka-ext-probe") -> bool:
     """True when the broker at host:port answers ApiVersions without error."""
-    request = registry()["ApiVersionsRequest"].cls(client_software_name=client_id,
-                                                   client_software_version="0")
+    request = api_versions_request()
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             body = round_trip(sock, ApiKey.API_VERSIONS, PROBE_VERSION, request,

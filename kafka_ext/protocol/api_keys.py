@@ -1,7 +1,8 @@
 """The table of API keys: Kafka's standard keys, the proposals' keys, and what we advertise.
 
 Version ranges come from the compiled schemas (`protocol_schemas/`); the broker advertises an
-API in ApiVersions only once a handler serves it. Key clashes and floors: docs/protocol.md.
+API in ApiVersions only once a handler serves it, and only to the peers of its audience (a
+stock client never sees a key it may not know). Key clashes and floors: docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -85,6 +86,64 @@ class ApiKey(IntEnum):
     LEADER_EPOCHS_FOR_PARTITION = 1001
 
 
+class Audience(IntEnum):
+    """Who an API is advertised to and served for; a peer of audience A sees every API <= A.
+
+    A connection's audience comes from its ApiVersions v3+ `ClientSoftwareName` (KIP-511):
+    CLIENT for every stock client, EXTENSION for our own client and tools, NODE for the other
+    nodes of the cluster.
+    """
+
+    CLIENT = 0     # Kafka's client-facing APIs: Kafka's broker listener advertises them
+    EXTENSION = 1  # the proposals' APIs that our client and tools call
+    NODE = 2       # node-to-node only: Kafka's controller/inter-broker keys, the diskless coordinator
+
+
+# The ClientSoftwareName our client and tools send in ApiVersions v3+, and the one a node sends
+# to another node; any other name (or none, before v3) is a stock client.
+CLIENT_SOFTWARE_NAME = "kafka-ext-client"
+NODE_SOFTWARE_NAME = "kafka-ext-node"
+
+# Keys not shown to stock clients. Kafka's inter-node keys are the ones of our table whose
+# Kafka definition lists no "broker" listener (Kafka 3.9 and 4.x agree); every key not named
+# here is client-facing.
+_AUDIENCE: dict[int, Audience] = {
+    ApiKey.VOTE: Audience.NODE,
+    ApiKey.BEGIN_QUORUM_EPOCH: Audience.NODE,
+    ApiKey.END_QUORUM_EPOCH: Audience.NODE,
+    ApiKey.ALTER_PARTITION: Audience.NODE,
+    ApiKey.FETCH_SNAPSHOT: Audience.NODE,
+    ApiKey.BROKER_REGISTRATION: Audience.NODE,
+    ApiKey.BROKER_HEARTBEAT: Audience.NODE,
+    ApiKey.ALLOCATE_PRODUCER_IDS: Audience.NODE,
+    ApiKey.CREATE_CHUNKS: Audience.EXTENSION,
+    ApiKey.ALTER_CHUNK_ASSIGNMENTS: Audience.EXTENSION,
+    ApiKey.DISKLESS_CREATE_PARTITIONS: Audience.NODE,
+    ApiKey.DISKLESS_DELETE_TOPICS: Audience.NODE,
+    ApiKey.DISKLESS_COMMIT_FILE: Audience.NODE,
+    ApiKey.DISKLESS_DELETE_RECORDS: Audience.NODE,
+    ApiKey.DISKLESS_LIST_OFFSETS: Audience.NODE,
+    ApiKey.DISKLESS_FIND_BATCHES: Audience.NODE,
+    ApiKey.DISKLESS_DESCRIBE_FILES: Audience.NODE,
+    ApiKey.DELETE_PARTITIONS: Audience.EXTENSION,
+    ApiKey.LEADER_EPOCHS_FOR_PARTITION: Audience.EXTENSION,
+}
+
+
+def audience(api_key: int) -> Audience:
+    """The audience of an API: who it is advertised to and served for."""
+    return _AUDIENCE.get(api_key, Audience.CLIENT)
+
+
+def peer_audience(client_software_name: str | None) -> Audience:
+    """The audience of a peer from the ClientSoftwareName of its ApiVersions v3+ request."""
+    if client_software_name == CLIENT_SOFTWARE_NAME:
+        return Audience.EXTENSION
+    if client_software_name == NODE_SOFTWARE_NAME:
+        return Audience.NODE
+    return Audience.CLIENT
+
+
 # Kafka 4.0 removed Produce v0-2 but still lists them in ApiVersions, because librdkafka
 # before 2.10 turns off compressed produce when Produce v0 is missing (KAFKA-18659).
 # The versions are rejected with UNSUPPORTED_VERSION when actually sent.
@@ -111,12 +170,14 @@ def supported_versions(api_key: int) -> tuple[int, int] | None:
     return mtype.versions.lowest, mtype.versions.highest
 
 
-def advertised_ranges(implemented: Iterable[int]) -> list[ApiVersionRange]:
-    """The ApiVersions answer for the APIs a broker has handlers for, by key."""
+def advertised_ranges(implemented: Iterable[int], peer: Audience = Audience.CLIENT
+                      ) -> list[ApiVersionRange]:
+    """The ApiVersions answer to a peer of audience `peer` for the APIs a broker has handlers
+    for, by key."""
     ranges = []
     for key in sorted(implemented):
         versions = supported_versions(key)
-        if versions is None:
+        if versions is None or audience(key) > peer:
             continue
         low = _ADVERTISED_MIN_VERSION.get(key, versions[0])  # type: ignore[call-overload]
         high = min(versions[1], _ADVERTISED_MAX_VERSION.get(key, versions[1]))  # type: ignore[call-overload]

@@ -13,7 +13,12 @@ from typing import Any
 
 from kafka_ext.protocol.compiler import Decoder, Encoder, MessageCompiler
 from kafka_ext.protocol.errors import DecodeError
-from kafka_ext.protocol.schema import MessageSpec, Versions, load_schemas
+from kafka_ext.protocol.schema import MessageSpec, Versions, load_schemas, schema_root
+
+# Kafka's messages on the keys the proposals took (76/77: share groups, docs/protocol.md). They are
+# compiled so that a stock client's request on such a key can be answered in Kafka's own format,
+# but they are never what a key means to the dispatcher.
+SHADOWED_DIR = "shadowed"
 
 # What a malformed input can make the generated code raise besides DecodeError.
 _DECODE_FAILURES = (struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError)
@@ -72,12 +77,19 @@ class MessageType:
 
 
 class Registry:
-    """All compiled messages, by name and, for requests and responses, by API key."""
+    """All compiled messages, by name and, for requests and responses, by API key.
 
-    def __init__(self, specs: dict[str, MessageSpec]) -> None:
+    `shadowed_requests`/`shadowed_responses` hold Kafka's messages on keys that mean one of our
+    APIs (the names in `shadowed`); `requests`/`responses` never do.
+    """
+
+    def __init__(self, specs: dict[str, MessageSpec], shadowed: frozenset[str] = frozenset()
+                 ) -> None:
         self.by_name: dict[str, MessageType] = {}
         self.requests: dict[int, MessageType] = {}
         self.responses: dict[int, MessageType] = {}
+        self.shadowed_requests: dict[int, MessageType] = {}
+        self.shadowed_responses: dict[int, MessageType] = {}
         for name, spec in specs.items():
             compiler = MessageCompiler(spec)
             mtype = MessageType(spec, compiler.message_class)
@@ -85,10 +97,13 @@ class Registry:
                 for version in spec.valid_versions:
                     mtype.decoders[version], mtype.encoders[version] = compiler.compile_version(version)
             self.by_name[name] = mtype
-            if spec.type == "request" and spec.api_key is not None:
-                self.requests[spec.api_key] = mtype
-            elif spec.type == "response" and spec.api_key is not None:
-                self.responses[spec.api_key] = mtype
+            if spec.api_key is None:
+                continue
+            in_shadow = name in shadowed
+            if spec.type == "request":
+                (self.shadowed_requests if in_shadow else self.requests)[spec.api_key] = mtype
+            elif spec.type == "response":
+                (self.shadowed_responses if in_shadow else self.responses)[spec.api_key] = mtype
 
     def __getitem__(self, name: str) -> MessageType:
         return self.by_name[name]
@@ -97,4 +112,6 @@ class Registry:
 @cache
 def registry() -> Registry:
     """The process-wide registry, compiled on first use."""
-    return Registry(load_schemas())
+    root = schema_root()
+    shadowed = frozenset(path.stem for path in (root / SHADOWED_DIR).glob("*.json"))
+    return Registry(load_schemas(root), shadowed)

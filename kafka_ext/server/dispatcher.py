@@ -5,6 +5,9 @@ coroutines registered per API key and return the response message (or None for n
 What the dispatcher decides itself, as Kafka does: an unknown key or a version we do not serve
 closes the connection, except ApiVersions, which answers UNSUPPORTED_VERSION in v0 so the
 client can pick a version (KIP-511); a body that does not decode closes the connection.
+A key outside the connection's audience (api_keys.Audience, set by its ApiVersions) is not
+served to it: Kafka's share-group requests on 76/77 get UNSUPPORTED_VERSION (share_groups.py),
+any other such key closes the connection, as Kafka does for an API its listener does not enable.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafka_ext.network.connection import CloseConnection, KafkaConnection
-from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.api_keys import ApiKey, Audience, audience
 from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError
 from kafka_ext.protocol.framing import (
     decode_request_header,
@@ -24,13 +27,21 @@ from kafka_ext.protocol.framing import (
     response_header_version,
 )
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.share_groups import answer_share_group_request, is_share_group_key
 
 if TYPE_CHECKING:
     from kafka_ext.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
+# KafkaConnection.state key: the peer's Audience, set by its ApiVersions v3+ request.
+PEER_AUDIENCE = "peer_audience"
 
+
+def peer_audience_of(conn: KafkaConnection) -> Audience:
+    """The audience of a connection's peer: CLIENT until its ApiVersions names it as ours."""
+    peer: Audience = conn.state.get(PEER_AUDIENCE, Audience.CLIENT)
+    return peer
 
 @dataclass(slots=True)
 class RequestContext:
@@ -66,6 +77,10 @@ class RequestDispatcher:
             api_key, api_version, correlation_id = peek_request_prefix(frame)
         except DecodeError as exc:
             raise CloseConnection(str(exc)) from None
+        if audience(api_key) > peer_audience_of(conn):
+            if is_share_group_key(api_key):
+                return answer_share_group_request(frame, api_key, api_version, correlation_id)
+            raise CloseConnection(f"API key {api_key} is not served to this client")
         request_type = self._registry.requests.get(api_key)
         handler = self.handlers.get(api_key)
         if handler is None or request_type is None:
@@ -115,6 +130,6 @@ class RequestDispatcher:
 
     def _api_versions_fallback(self, correlation_id: int) -> list[Any]:
         from kafka_ext.server.api_versions import api_versions_response
-        body = api_versions_response(self.handlers, ErrorCode.UNSUPPORTED_VERSION)
+        body = api_versions_response(self.handlers, Audience.CLIENT, ErrorCode.UNSUPPORTED_VERSION)
         response_type = self._registry.responses[ApiKey.API_VERSIONS]
         return encode_response(correlation_id, 0, response_type, 0, body)

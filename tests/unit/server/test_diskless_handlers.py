@@ -23,11 +23,12 @@ import confluent_kafka.admin
 import kafka
 import pytest
 
+from kafka_ext.client.probe import api_versions_request
 from kafka_ext.controller.image import MetadataImage
 from kafka_ext.controller.quorum_controller import DISKLESS_METADATA_TOPIC, TopicCreation
 from kafka_ext.coordinator.diskless.coordinator import DisklessCoordinator
 from kafka_ext.network.connection import KafkaConnection
-from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.api_keys import CLIENT_SOFTWARE_NAME, NODE_SOFTWARE_NAME, ApiKey
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.framing import decode_response, encode_request
 from kafka_ext.protocol.messages import registry
@@ -60,8 +61,13 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
         await b.stop()
 
 
-async def _call(broker: Broker, api_key: int, version: int, body: Any) -> Any:
+async def _call(broker: Broker, api_key: int, version: int, body: Any,
+                software_name: str = NODE_SOFTWARE_NAME) -> Any:
+    """One request on a fresh connection that named itself `software_name` (a node: the
+    diskless APIs are inter-node ones) in ApiVersions v3 first."""
     conn = KafkaConnection(broker.dispatcher.handle_frame, 1 << 20, lambda c: None)
+    await broker.dispatcher.handle_frame(conn, encode_request(
+        ApiKey.API_VERSIONS, 3, 6, "unit-test", api_versions_request(software_name))[4:])
     parts = await broker.dispatcher.handle_frame(
         conn, encode_request(api_key, version, 7, "unit-test", body)[4:])
     assert parts is not None
@@ -86,14 +92,17 @@ async def _create(broker: Broker, name: str, partitions: int,
 # -- the seven APIs --------------------------------------------------------------------------
 
 
-async def test_api_versions_advertises_the_seven_diskless_apis_at_version_zero(
+async def test_api_versions_advertises_the_seven_diskless_apis_at_version_zero_to_nodes_only(
         broker: Broker) -> None:
-    request = _reg["ApiVersionsRequest"].cls(client_software_name="t",
-                                             client_software_version="0")
-    response = await _call(broker, ApiKey.API_VERSIONS, 3, request)
+    response = await _call(broker, ApiKey.API_VERSIONS, 3,
+                           api_versions_request(NODE_SOFTWARE_NAME))
     advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert {k: advertised.get(k) for k in DISKLESS_KEYS} == dict.fromkeys(DISKLESS_KEYS, (0, 0))
     assert sorted(HANDLERS) == DISKLESS_KEYS
+    for name in ("t", CLIENT_SOFTWARE_NAME):  # a stock client, our own client: not shown
+        response = await _call(broker, ApiKey.API_VERSIONS, 3, api_versions_request(name),
+                               software_name=name)
+        assert not {k.api_key for k in response.api_keys} & set(DISKLESS_KEYS)
 
 
 def _requests_for_unknown_entries() -> dict[int, Any]:
