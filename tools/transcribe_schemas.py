@@ -38,6 +38,7 @@ STANDARD_APIS: tuple[str, ...] = (
     "BrokerRegistration", "BrokerHeartbeat", "AlterPartition", "Vote", "BeginQuorumEpoch",
     "EndQuorumEpoch", "FetchSnapshot", "DescribeQuorum", "AllocateProducerIds", "UnregisterBroker",
     "DescribeTopicPartitions", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
+    "DescribeClientQuotas", "AlterClientQuotas",
 )
 
 # Lowest version we transcribe; absent means Kafka's full range. DESIGN §4: every version Kafka 3.9

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from kafka_ext.cli import (
+    configs,
     console_consumer,
     console_producer,
     log_dirs,
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     reassign_partitions.add_parser(subparsers)
     storage.add_parser(subparsers)
     metadata_quorum.add_parser(subparsers)
+    configs.add_parser(subparsers)
     return parser
 
 

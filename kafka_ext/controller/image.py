@@ -61,6 +61,10 @@ class MetadataImage:
     # Record LogDirs) and the ids that left that set, i.e. dirs that went offline (docs/jbod.md).
     broker_log_dirs: dict[int, tuple[uuid.UUID, ...]] = field(default_factory=dict)
     offline_log_dirs: dict[int, tuple[uuid.UUID, ...]] = field(default_factory=dict)
+    # Client quotas (ClientQuotaRecord): entity ((type, name) pairs sorted by type; a None
+    # name is the default) -> {quota key: value}. See controller/client_quota_control.py.
+    client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = field(
+        default_factory=dict)
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         return self.configs.get((TOPIC_RESOURCE, topic), {})
@@ -99,6 +103,8 @@ class MetadataDelta:
         self._log_dirs: tuple[dict[int, tuple[uuid.UUID, ...]],
                               dict[int, tuple[uuid.UUID, ...]]] | None = None
         self.next_producer_id: int | None = None  # set by ProducerIdsRecord
+        self._client_quotas: dict[tuple[tuple[str, str | None], ...],
+                                  dict[str, float]] | None = None
         # Topics whose partitions dict this delta already copied (safe to mutate), by id.
         self._own_partitions: set[uuid.UUID] = set()
 
@@ -137,6 +143,11 @@ class MetadataDelta:
             self._features = dict(self.base.features)
         return self._features
 
+    def client_quotas(self) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
+        if self._client_quotas is None:
+            self._client_quotas = dict(self.base.client_quotas)
+        return self._client_quotas
+
     def log_dirs(self) -> tuple[dict[int, tuple[uuid.UUID, ...]], dict[int, tuple[uuid.UUID, ...]]]:
         """(online dirs per broker, offline dirs per broker), as dicts this delta may change."""
         if self._log_dirs is None:
@@ -157,6 +168,8 @@ class MetadataDelta:
                               else self.next_producer_id),
             broker_log_dirs=online,
             offline_log_dirs=offline,
+            client_quotas=(base.client_quotas if self._client_quotas is None
+                           else self._client_quotas),
         )
 
 
@@ -227,6 +240,20 @@ def _apply_broker_log_dirs(delta: MetadataDelta, record: Any) -> None:
     offline[broker] = tuple(sorted(known - set(dirs), key=str))
 
 
+def _apply_client_quota(delta: MetadataDelta, record: Any) -> None:
+    quotas = delta.client_quotas()
+    entity = tuple(sorted({e.entity_type: e.entity_name for e in record.entity}.items()))
+    values = dict(quotas.get(entity, {}))
+    if record.remove:
+        values.pop(record.key, None)
+    else:
+        values[record.key] = record.value
+    if values:
+        quotas[entity] = values
+    else:
+        quotas.pop(entity, None)
+
+
 _APPLIERS: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "RegisterBrokerRecord": _apply_broker_log_dirs,
     "BrokerRegistrationChangeRecord": _apply_broker_log_dirs,
@@ -237,4 +264,5 @@ _APPLIERS: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "ConfigRecord": _apply_config,
     "FeatureLevelRecord": _apply_feature_level,
     "ProducerIdsRecord": _apply_producer_ids,
+    "ClientQuotaRecord": _apply_client_quota,
 }

@@ -17,6 +17,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka_ext.controller.client_quota_control import (
+    QuotaAlteration,
+    QuotaEntity,
+    alter_client_quotas,
+)
 from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from kafka_ext.controller.metadata_log import METADATA_TOPIC, build_metadata_batch, replay
 from kafka_ext.controller.quorum_status import LOCAL_LEADER_EPOCH, LocalQuorum, QuorumStatusSource
@@ -43,6 +48,9 @@ METADATA_VERSION_LEVEL = 25  # 4.0-IV3, when the dirs hold no bootstrap.checkpoi
 MAX_PRODUCER_ID = (1 << 63) - 1
 
 ImageListener = Callable[[MetadataImage, MetadataImage], None]
+# KIP-599: called with a topic's partition mutations before they are recorded; raises
+# KafkaError(THROTTLING_QUOTA_EXCEEDED) to refuse that topic (Kafka's applyPartitionChangeQuota).
+MutationQuota = Callable[[int], None]
 TopicConfigValidator = Callable[[str, str], str]
 
 
@@ -178,8 +186,9 @@ class QuorumController:
 
     # -- topics ------------------------------------------------------------------------------
 
-    async def create_topics(self, creations: list[TopicCreation],
-                            validate_only: bool) -> list[TopicCreationResult]:
+    async def create_topics(self, creations: list[TopicCreation], validate_only: bool,
+                            mutation_quota: MutationQuota | None = None
+                            ) -> list[TopicCreationResult]:
         async with self._lock:
             results: list[TopicCreationResult] = []
             records: list[Any] = []
@@ -192,8 +201,10 @@ class QuorumController:
                     if counts[creation.name] > 1:
                         raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
                     topic_records = self._topic_records(creation, result)
+                    if mutation_quota is not None:
+                        mutation_quota(result.num_partitions)
                 except KafkaError as exc:
-                    result.error, result.message = exc.code, exc.message
+                    results[-1] = TopicCreationResult(creation.name, exc.code, exc.message)
                     continue
                 if len(records) + len(topic_records) > MAX_RECORDS_PER_USER_OP:
                     results[-1] = TopicCreationResult(
@@ -320,7 +331,8 @@ class QuorumController:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         return out
 
-    async def delete_topics(self, names: list[str]) -> dict[str, tuple[ErrorCode, uuid.UUID]]:
+    async def delete_topics(self, names: list[str], mutation_quota: MutationQuota | None = None
+                            ) -> dict[str, tuple[ErrorCode, uuid.UUID]]:
         """Remove topics by name; answers per name with the error and the topic id."""
         async with self._lock:
             results: dict[str, tuple[ErrorCode, uuid.UUID]] = {}
@@ -330,6 +342,12 @@ class QuorumController:
                 if topic is None:
                     results[name] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ZERO_UUID)
                     continue
+                if mutation_quota is not None:
+                    try:
+                        mutation_quota(len(topic.partitions))
+                    except KafkaError as exc:
+                        results[name] = (exc.code, topic.topic_id)
+                        continue
                 results[name] = (ErrorCode.NONE, topic.topic_id)
                 records.append(self._record("RemoveTopicRecord", topic_id=topic.topic_id))
             if records:
@@ -337,7 +355,8 @@ class QuorumController:
             return results
 
     async def create_partitions(self, topic_name: str, count: int,
-                                assignments: list[list[int]] | None, validate_only: bool) -> None:
+                                assignments: list[list[int]] | None, validate_only: bool,
+                                mutation_quota: MutationQuota | None = None) -> None:
         """Grow a topic to `count` partitions; raises KafkaError with Kafka's code."""
         async with self._lock:
             topic = self.image.topics_by_name.get(topic_name)
@@ -364,6 +383,8 @@ class QuorumController:
             if len(new) > MAX_RECORDS_PER_USER_OP:
                 raise KafkaError(ErrorCode.POLICY_VIOLATION,
                                  "Excessively large number of partitions per request.")
+            if mutation_quota is not None:
+                mutation_quota(len(new))
             if validate_only:
                 return
             coordinators = (self._diskless_coordinator_count(self.image.topic_configs(topic_name))
@@ -445,6 +466,22 @@ class QuorumController:
                 records.append(self._record("ConfigRecord", resource_type=rtype,
                                             resource_name=rname, name=name, value=value))
         return records
+
+    # -- client quotas (KIP-546) -------------------------------------------------------------
+
+    async def alter_client_quotas(self, alterations: list[QuotaAlteration], validate_only: bool
+                                  ) -> dict[QuotaEntity, KafkaError | None]:
+        """Validate every entity's ops, then commit the ClientQuotaRecords of the valid ones
+        in one batch (none when `validate_only`); the outcome per entity."""
+        async with self._lock:
+            changes, results = alter_client_quotas(self.image.client_quotas, alterations)
+            if changes and not validate_only:
+                await self._commit([self._record(
+                    "ClientQuotaRecord", entity=[self._records["ClientQuotaRecord"].cls.EntityData(
+                        entity_type=t, entity_name=n) for t, n in c.entity],
+                    key=c.key, value=0.0 if c.value is None else c.value,
+                    remove=c.value is None) for c in changes])
+            return results
 
     # -- producer ids ------------------------------------------------------------------------
 

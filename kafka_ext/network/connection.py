@@ -68,6 +68,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._transport: asyncio.Transport | None = None
         self._write_paused = False
         self._read_paused = False
+        self._throttle_timer: asyncio.TimerHandle | None = None  # KIP-219 mute, see throttle()
+        self._throttled_until = 0.0
         self.closed = False
         self.peer: str = "?"
         self.last_active = time.monotonic()
@@ -85,6 +87,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._end_throttle()
         for task in self._tasks:
             task.cancel()
         self._slots.clear()
@@ -206,13 +209,40 @@ class KafkaConnection(asyncio.BufferedProtocol):
         transport = self._transport
         if transport is None or self.closed:
             return
-        should_pause = self._write_paused or len(self._slots) >= MAX_IN_FLIGHT_REQUESTS
+        should_pause = (self._write_paused or len(self._slots) >= MAX_IN_FLIGHT_REQUESTS
+                        or self._throttle_timer is not None)
         if should_pause and not self._read_paused:
             transport.pause_reading()
             self._read_paused = True
         elif not should_pause and self._read_paused:
             transport.resume_reading()
             self._read_paused = False
+
+    # -- client quotas (KIP-219) -------------------------------------------------------------
+
+    def throttle(self, throttle_time_ms: int) -> None:
+        """Read nothing more from this client for `throttle_time_ms` (its response still goes
+        out at once): Kafka mutes a throttled channel the same way. A longer throttle wins."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + throttle_time_ms / 1000
+        if until <= self._throttled_until or self.closed:
+            return
+        self._throttled_until = until
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+        self._throttle_timer = loop.call_at(until, self._end_throttle)
+        self._update_reading()
+
+    def _end_throttle(self) -> None:
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+            self._throttle_timer = None
+            self._update_reading()
+
+    @property
+    def throttled(self) -> bool:
+        """Whether reading is muted by a quota throttle."""
+        return self._throttle_timer is not None
 
     @property
     def idle(self) -> bool:

@@ -6,6 +6,7 @@ CreatePartitions (37, v0-v3, a result per topic), DeleteRecords (21, v0-v2), Des
 replaces the resource's whole set), IncrementalAlterConfigs (44, v0-v1), DescribeCluster (60,
 v0-v1); the log dir APIs are in log_dirs.py. Each topic or resource answers with its own error;
 the controller validates and commits metadata changes.
+Topic creations, deletions and new partitions count against controller_mutation_rate (KIP-599).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kafka_ext.controller.quorum_controller import ConfigChange, TopicCreation
 from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.client_quota_manager import finish_mutation_quota, mutation_quota_for
 from kafka_ext.server.config import (
     describe_broker_configs,
     describe_topic_configs,
@@ -39,7 +41,11 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
         configs = {c.name: c.value for c in t.configs}
         creations.append(TopicCreation(t.name, t.num_partitions, t.replication_factor,
                                        assignments, configs))
-    results = await ctx.broker.controller.create_topics(creations, request.validate_only)
+    # KIP-599: strict quota (THROTTLING_QUOTA_EXCEEDED) from v6, permissive before.
+    quota = mutation_quota_for(ctx, strict_since_version=6)
+    results = await ctx.broker.controller.create_topics(
+        creations, request.validate_only, quota.record if quota is not None else None)
+    finish_mutation_quota(ctx, quota)
     if not request.validate_only:
         await ctx.broker.diskless.ensure_registered(
             r.name for r in results if r.error == ErrorCode.NONE)
@@ -84,7 +90,10 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
                 continue
             name = topic.name
         names.append(name)
-    outcome = await ctx.broker.controller.delete_topics(names)
+    quota = mutation_quota_for(ctx, strict_since_version=5)  # KIP-599
+    outcome = await ctx.broker.controller.delete_topics(
+        names, quota.record if quota is not None else None)
+    finish_mutation_quota(ctx, quota)
     for name in names:
         code, topic_id = outcome[name]
         results.append(Response.DeletableTopicResult(name=name, topic_id=topic_id,
@@ -95,18 +104,21 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["CreatePartitionsResponse"].cls
     results = []
+    quota = mutation_quota_for(ctx, strict_since_version=3)  # KIP-599
     for t in request.topics:
         result = Response.CreatePartitionsTopicResult(name=t.name, error_code=0)
         try:
             assignments = ([list(a.broker_ids) for a in t.assignments]
                            if t.assignments is not None else None)
-            await ctx.broker.controller.create_partitions(t.name, t.count, assignments,
-                                                          request.validate_only)
+            await ctx.broker.controller.create_partitions(
+                t.name, t.count, assignments, request.validate_only,
+                quota.record if quota is not None else None)
             if not request.validate_only:
                 await ctx.broker.diskless.ensure_registered([t.name])
         except KafkaError as exc:
             result.error_code, result.error_message = int(exc.code), exc.message or None
         results.append(result)
+    finish_mutation_quota(ctx, quota)
     return Response(results=results)
 
 

@@ -47,9 +47,11 @@ from kafka_ext.server import (
     produce,
     producers,
     quorum,
+    quotas,
     txn,
 )
 from kafka_ext.server.auto_topic_creation import AutoTopicCreationManager
+from kafka_ext.server.client_quota_manager import QuotaManagers
 from kafka_ext.server.config import (
     BrokerConfig,
     ConfigError,
@@ -108,6 +110,8 @@ class Broker:
             log_dirs.throttled_rate(self), config.num_replica_move_threads,
             self.log_dir_failures.report, log_cleaner=self.log_cleaner)
         self.fetch_sessions = FetchSessionCache()
+        # Client quotas (docs/quotas.md): kept in line with the metadata image.
+        self.quotas = QuotaManagers(config.values)
         self.dispatcher = RequestDispatcher(self)
         self.socket_server = SocketServer(self.dispatcher.handle_frame,
                                           config.socket_request_max_bytes,
@@ -145,6 +149,8 @@ class Broker:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
             ApiKey.DESCRIBE_CLUSTER: admin.handle_describe_cluster,
             ApiKey.DESCRIBE_QUORUM: quorum.handle_describe_quorum,
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: quotas.handle_describe_client_quotas,
+            ApiKey.ALTER_CLIENT_QUOTAS: quotas.handle_alter_client_quotas,
             ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
             ApiKey.ALTER_REPLICA_LOG_DIRS: log_dirs.handle_alter_replica_log_dirs,
             ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
@@ -238,6 +244,9 @@ class Broker:
         self._delete_stray_logs()
         self.controller.listeners.append(self.replica_manager.apply_image)
         await check_internal_topics(self)  # before the coordinators place keys over them
+        self.quotas.update(self.controller.image.client_quotas)
+        self.controller.listeners.append(
+            lambda old, new: self.quotas.update(new.client_quotas))
         await self.txn_coordinator.start()  # after the replica manager's listener: shards need logs
         await self.group_coordinator.start()
         await self.diskless_coordinator.start()

@@ -609,6 +609,15 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
     _d("ssl.cipher.suites", _LI, (), "Cipher suites allowed; empty keeps the ssl module's defaults.", ""),
     _d("ssl.endpoint.identification.algorithm", _S, "https",
        "Host name verification towards other brokers; empty disables it.", ""),
+    # Client quotas (docs/quotas.md)
+    _d("quota.window.num", _I, 11, "Samples kept for client quota rates.", "count", at_least(1)),
+    _d("quota.window.size.seconds", _I, 1, "Time span of each client quota sample.", "s",
+       at_least(1)),
+    _d("controller.quota.window.num", _I, 11,
+       "Samples for controller mutation quotas (the token bucket holds this many windows).",
+       "count", at_least(1)),
+    _d("controller.quota.window.size.seconds", _I, 1,
+       "Time span of each controller mutation quota sample.", "s", at_least(1)),
     # Proposals: replica movement between log dirs (JBOD)
     _d("intra.broker.throttled.rate", _L, LONG_MAX,
        "Bytes per second all replica moves between log dirs of this broker may copy together.",

@@ -27,6 +27,11 @@ from kafka_ext.protocol.framing import (
     response_header_version,
 )
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.client_quota_manager import (
+    REQUEST_QUOTA_EXEMPT,
+    HandlerTimer,
+    throttle_response,
+)
 from kafka_ext.server.share_groups import answer_share_group_request, is_share_group_key
 
 if TYPE_CHECKING:
@@ -51,6 +56,10 @@ class RequestContext:
     api_version: int
     broker: Broker
     connection: KafkaConnection
+    # Client quotas: the request's size, and the throttle a handler decided (the dispatcher
+    # sets it in the response and mutes the connection for it, KIP-219).
+    size_bytes: int = 0
+    throttle_time_ms: int = 0
 
     @property
     def client_id(self) -> str | None:
@@ -98,9 +107,14 @@ class RequestDispatcher:
             log.debug("malformed frame from %s: %s", conn.peer, frame[:256].hex())
             raise CloseConnection(f"malformed {request_type.name} v{api_version}: "
                                   f"{exc.message}") from None
-        ctx = RequestContext(header, api_version, self.broker, conn)
+        ctx = RequestContext(header, api_version, self.broker, conn, len(frame))
+        timer = None
         try:
-            response = await handler(ctx, request)
+            if self.broker.quotas.request.enabled and api_key not in REQUEST_QUOTA_EXEMPT:
+                timer = HandlerTimer(handler(ctx, request))
+                response = await timer
+            else:
+                response = await handler(ctx, request)
         except CloseConnection:
             raise
         except KafkaError as exc:
@@ -113,6 +127,8 @@ class RequestDispatcher:
             response = self._error_response(api_key, api_version, ErrorCode.UNKNOWN_SERVER_ERROR)
             if response is None:
                 raise CloseConnection("unexpected server error") from None
+        if timer is not None or ctx.throttle_time_ms:
+            throttle_response(ctx, response, timer)
         if response is None:
             return None
         response_type = self._registry.responses[api_key]

@@ -6,7 +6,8 @@ non-empty partition may return one whole batch beyond them so a large batch neve
 consumer; reading from an offset inside a batch returns the whole batch. Topic IDs replace names
 from v13. Sessions (v7+) are in fetch_session.py. Diskless partitions are read from their WAL
 objects (DisklessService.fetch) in the same response. Nothing here copies or decodes record
-bytes.
+bytes. A consumer over its consumer_byte_rate quota gets an empty answer with ThrottleTimeMs
+(docs/quotas.md).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.client_quota_manager import client_of, now_ms
 from kafka_ext.server.dispatcher import RequestContext
 from kafka_ext.server.fetch_session import (
     FINAL_EPOCH,
@@ -53,6 +55,13 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         session, targets, incremental = _resolve(ctx, request, uses_ids)
     except KafkaError as exc:
         return _Response(error_code=int(exc.code), session_id=0, responses=[])
+    fetch_quota = broker.quotas.fetch
+    if fetch_quota.enabled:
+        # Kafka caps a consumer's fetch at what its quota allows in one full window, so one
+        # response is never certain to be throttled (KAFKA-9677).
+        cap = fetch_quota.max_value_in_window(*client_of(ctx))
+        if cap is not None:
+            request.max_bytes = max(1, min(request.max_bytes, int(cap)))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     diskless = {i for i, t in enumerate(targets)
@@ -69,6 +78,13 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             break
         await broker.replica_manager.wait_for_data(
             [(t.topic, t.partition) for t in targets if not t.unknown_topic_id], remaining)
+    if fetch_quota.enabled and _throttled(ctx, total_bytes):
+        # KIP-219: an over-quota consumer gets an empty answer carrying the throttle time; a
+        # session this full fetch would have opened is not kept (Kafka opens it on answering).
+        if session is not None and not incremental:
+            broker.fetch_sessions.remove(session.session_id)
+        return _Response(error_code=0, session_id=session.session_id if incremental and session else 0,
+                         responses=[])
     responses: dict[tuple[str, uuid.UUID], Any] = {}
     for target, data in zip(targets, results, strict=True):
         if session is not None and _has_records(data.records):
@@ -87,6 +103,20 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         topic.partitions.append(data)
     return _Response(error_code=0, session_id=session.session_id if session else 0,
                      responses=list(responses.values()))
+
+
+def _throttled(ctx: RequestContext, total_bytes: int) -> bool:
+    """Record the fetched bytes against the consumer's quota; when that throttles it, take
+    them back (the answer goes without them) and keep the throttle time for the dispatcher."""
+    quota = ctx.broker.quotas.fetch
+    user, client_id = client_of(ctx)
+    now = now_ms()
+    throttle = quota.record_and_get_throttle_time_ms(user, client_id, total_bytes, now)
+    if throttle <= 0:
+        return False
+    quota.unrecord(user, client_id, total_bytes, now)
+    ctx.throttle_time_ms = throttle
+    return True
 
 
 def _has_records(records: Any) -> bool:

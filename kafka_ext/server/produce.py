@@ -15,6 +15,8 @@ producer notices, as Kafka does. With one replica per partition, acks=1
 and acks=-1 are both satisfied once the batch is in the log. A diskless partition's batch goes
 to the WAL writer and is answered once its object is committed to the partition's coordinator
 (acks=1 and acks=-1 alike); acks=0 diskless appends finish in the background.
+A producer over its producer_byte_rate quota is answered with ThrottleTimeMs and muted
+(docs/quotas.md).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from kafka_ext.network.connection import CloseConnection
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.record_batch import ATTRIBUTES_POS, TRANSACTIONAL_FLAG
+from kafka_ext.server.client_quota_manager import client_of, now_ms
 from kafka_ext.server.dispatcher import RequestContext
 from kafka_ext.server.metadata import INTERNAL_TOPICS
 from kafka_ext.storage.log_validator import RecordValidationError
@@ -91,6 +94,10 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             else:
                 _succeeded(answer, outcome.base_offset, outcome.log_append_time_ms,
                            outcome.log_start_offset)
+    if broker.quotas.produce.enabled:  # KIP-13: the request's bytes count against the quota
+        user, client_id = client_of(ctx)
+        ctx.throttle_time_ms = broker.quotas.produce.record_and_get_throttle_time_ms(
+            user, client_id, ctx.size_bytes, now_ms())
     if request.acks == 0:
         if any(p.error_code for t in topics for p in t.partition_responses):
             raise CloseConnection("acks=0 produce failed")

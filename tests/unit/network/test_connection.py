@@ -326,3 +326,44 @@ async def test_pipelined_frames_in_arbitrary_chunks_come_back_in_order(chunk: in
         _feed(h.conn, data[pos:pos + chunk])
     await h.settle(lambda: h.conn.idle)
     assert _responses(h.transport.written) == [b"r:m%03d" % i + b"z" * (i % 5) for i in range(40)]
+
+
+# -- client quotas (KIP-219) ----------------------------------------------------------------------
+
+
+async def _echo_and_throttle(conn: KafkaConnection, frame: bytes) -> list[Any]:
+    """Answer, then throttle for as many ms as the frame says (the dispatcher's order)."""
+    parts = await _echo(conn, frame)
+    conn.throttle(int(frame))
+    return parts
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "condition never held"
+        await asyncio.sleep(0.001)
+
+
+async def test_a_throttled_connection_answers_then_stops_reading_until_the_throttle_ends(
+        ) -> None:
+    h = Harness(_echo_and_throttle)
+    _feed(h.conn, _frame(b"20"))
+    await h.settle(lambda: h.conn.idle)
+    assert _responses(h.transport.written) == [b"r:20"]  # the answer is not held back
+    assert h.conn.throttled and not h.transport.reading
+    await _until(lambda: h.transport.reading)
+    assert not h.conn.throttled
+
+
+async def test_a_shorter_throttle_does_not_cut_a_longer_one() -> None:
+    h = Harness(_echo_and_throttle)
+    _feed(h.conn, _frame(b"60000"))
+    await h.settle(lambda: h.conn.idle)
+    h.conn.throttle(1)
+    await asyncio.sleep(0.01)
+    assert h.conn.throttled and not h.transport.reading
+    h.conn.close()
+    await h.settle(lambda: bool(h.closed_with))
+    assert not h.conn.throttled  # the timer went with the connection

@@ -13,6 +13,7 @@ from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.framing import decode_response, encode_request
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.api_versions import handle_api_versions
+from kafka_ext.server.client_quota_manager import QuotaManagers
 from kafka_ext.server.dispatcher import RequestContext, RequestDispatcher
 
 FETCH, METADATA, API_VERSIONS = 1, 3, 18
@@ -47,7 +48,7 @@ class Setup:
     """A dispatcher over a stand-in broker, a connection object, and the calls handlers saw."""
 
     def __init__(self) -> None:
-        self.broker = SimpleNamespace()
+        self.broker = SimpleNamespace(quotas=QuotaManagers({}))  # no quota configured
         self.dispatcher = RequestDispatcher(self.broker)
         self.broker.dispatcher = self.dispatcher
         self.conn = KafkaConnection(self.dispatcher.handle_frame, 1 << 20, lambda c: None)

@@ -1,0 +1,374 @@
+"""`kafka-ext configs`: kafka-configs.sh's flags and output, for client quotas (KIP-546),
+topics and brokers.
+
+`--entity-type users|clients` with `--entity-name N` or `--entity-default` (repeat the pair for
+a (user, client-id) entity), or the shortcuts `--user`, `--client`, `--user-defaults`,
+`--client-defaults`; `--alter --add-config k=v,k2=v2 --delete-config k` or `--describe`.
+Neither confluent-kafka 2.16 nor kafka-python 3.0 has client-quota admin calls, so this tool
+sends DescribeClientQuotas / AlterClientQuotas itself through kafka-ext's codec.
+`--entity-type topics|brokers` describe (dynamic configs, or every one with `--all`) and alter
+(IncrementalAlterConfigs) a topic's or a broker's configs the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from decimal import Decimal
+from typing import Any
+
+from kafka_ext.cli.client_config import UsageError
+from kafka_ext.client.probe import round_trip
+from kafka_ext.controller.client_quota_control import (
+    CLIENT_ID,
+    MATCH_DEFAULT,
+    MATCH_EXACT,
+    MATCH_SPECIFIED,
+    USER,
+)
+from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.errors import ErrorCode
+from kafka_ext.protocol.messages import registry
+from kafka_ext.server.config import parse_host_port
+
+QUOTA_ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID}
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # ConfigResource types
+RESOURCE_TYPES = {"topics": TOPIC_RESOURCE, "brokers": BROKER_RESOURCE}
+QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
+              "controller_mutation_rate")
+_LABELS = {USER: "user-principal", CLIENT_ID: "client-id"}
+API_VERSION = 1
+TIMEOUT_S = 30.0
+
+
+class CommandFailed(Exception):
+    """The broker refused the change: printed as kafka-configs.sh prints it, exit code 1."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `configs` with kafka-configs.sh's flags."""
+    parser = subparsers.add_parser(
+        "configs", help="describe or alter client quotas and topic or broker configs (kafka-configs.sh)",
+        description="Add, delete or describe client quotas of users and client ids, and the "
+                    "configs of topics and brokers.")
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="broker(s) to connect to")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--alter", action="store_true", help="alter the entity's configs")
+    action.add_argument("--describe", action="store_true", help="list the entity's configs")
+    parser.add_argument("--entity-type", action="append", default=[], dest="entity_types",
+                        choices=sorted([*QUOTA_ENTITY_TYPES, *RESOURCE_TYPES]),
+                        help="users, clients, topics or brokers")
+    parser.add_argument("--entity-name", action="append", dest="entity_names",
+                        help="name of the entity (user principal or client id)")
+    parser.add_argument("--entity-default", action="append_const", const=None,
+                        dest="entity_names", help="the default entity of the type")
+    # kafka-configs.sh's shortcuts: --user U is --entity-type users --entity-name U, ...
+    for flag, entity_type in (("--user", "users"), ("--client", "clients"),
+                              ("--topic", "topics"), ("--broker", "brokers")):
+        parser.add_argument(flag, dest="shortcuts", action="append", type=_entity(entity_type),
+                            metavar="NAME",
+                            help=f"same as --entity-type {entity_type} --entity-name NAME")
+    for flag, entity_type in (("--user-defaults", "users"), ("--client-defaults", "clients"),
+                              ("--broker-defaults", "brokers")):
+        parser.add_argument(flag, dest="shortcuts", action="append_const",
+                            const=(entity_type, None),
+                            help=f"same as --entity-type {entity_type} --entity-default")
+    parser.add_argument("--all", action="store_true",
+                        help="with --describe: every config of the topic or broker, not only "
+                             "the dynamic ones")
+    parser.add_argument("--add-config", default="", metavar="K=V,K2=V2",
+                        help="quota configs to set, comma separated")
+    parser.add_argument("--delete-config", action="append", default=[], metavar="K",
+                        help="quota configs to remove (repeat or comma separate)")
+    parser.set_defaults(run=run)
+
+
+def _entity(entity_type: str) -> Any:
+    def parse(name: str) -> tuple[str, str | None]:
+        return entity_type, name
+    return parse
+
+
+def entities_of(args: argparse.Namespace) -> list[tuple[str, str | None]]:
+    """(entity type as the flag names it, name or None for the default) pairs, in order."""
+    names = args.entity_names or []
+    if len(names) > len(args.entity_types):
+        raise UsageError("More entity names specified than entity types")
+    pairs: list[tuple[str, str | None]] = []
+    for i, entity_type in enumerate(args.entity_types):
+        if i < len(names):
+            pairs.append((entity_type, names[i]))
+        elif args.alter:
+            raise UsageError("An entity name must be specified for every entity type")
+        else:
+            pairs.append((entity_type, _ANY))
+    pairs += args.shortcuts or []
+    if not pairs:
+        raise UsageError("--entity-type (or --user / --client) must be specified")
+    if len({t for t, _ in pairs}) != len(pairs):
+        raise UsageError("each entity type may be given once")
+    if any(t in RESOURCE_TYPES for t, _ in pairs) and len(pairs) > 1:
+        raise UsageError("topics and brokers take one entity")
+    return pairs
+
+
+_ANY = "\x00any"  # --describe --entity-type T without a name: every entity of that type
+
+
+def parse_add_config(text: str) -> dict[str, float]:
+    """`k=v,k2=v2` as kafka-configs.sh reads it; a value that is not a number is refused."""
+    out: dict[str, float] = {}
+    for pair in (p for p in text.split(",") if p.strip()):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--add-config expects key=value, got {pair!r}")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise CommandFailed(f"Cannot parse quota configuration value for {key.strip()}: "
+                                f"{value}") from None
+    return out
+
+
+def java_double(value: float) -> str:
+    """A double as Java's Double.toString writes it (kafka-configs.sh prints quotas so):
+    shortest digits, plain from 10^-3 to 10^7, else d.dddE<n>."""
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(value)
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    text = "".join(map(str, digits))
+    mantissa = f"{text[0]}.{text[1:] or '0'}"
+    return f"{'-' if sign else ''}{mantissa}E{len(digits) - 1 + exponent}"
+
+
+def describe(sock: socket.socket, pairs: list[tuple[str, str | None]]) -> list[str]:
+    """kafka-configs.sh's lines for every entity matching exactly these types (strict)."""
+    Request = registry()["DescribeClientQuotasRequest"].cls
+    components = []
+    for entity_type, name in pairs:
+        if name == _ANY:
+            components.append(Request.ComponentData(entity_type=entity_type,
+                                                    match_type=MATCH_SPECIFIED, match=None))
+        elif name is None:
+            components.append(Request.ComponentData(entity_type=entity_type,
+                                                    match_type=MATCH_DEFAULT, match=None))
+        else:
+            components.append(Request.ComponentData(entity_type=entity_type,
+                                                    match_type=MATCH_EXACT, match=name))
+    response = round_trip(sock, ApiKey.DESCRIBE_CLIENT_QUOTAS, API_VERSION,
+                          Request(components=components, strict=True))
+    if response.error_code:
+        raise CommandFailed(f"{ErrorCode(response.error_code).name}: {response.error_message}")
+    lines = []
+    for entry in response.entries or []:
+        names = {e.entity_type: e.entity_name for e in entry.entity}
+        parts = []
+        for entity_type in (USER, CLIENT_ID):
+            if entity_type in names:
+                name = names[entity_type]
+                label = _LABELS[entity_type]
+                parts.append(f"{label} '{name}'" if name is not None else f"the default {label}")
+        values = ", ".join(f"{v.key}={java_double(v.value)}" for v in entry.values)
+        lines.append(f"Quota configs for {', '.join(parts)} are {values}")
+    return lines
+
+
+def alter(sock: socket.socket, pairs: list[tuple[str, str | None]], add: dict[str, float],
+          delete: list[str]) -> None:
+    """One AlterClientQuotas entry; a config to delete that is not set is refused first, as
+    kafka-configs.sh does."""
+    current = _current(sock, pairs)
+    unknown = [k for k in delete if k not in current]
+    if unknown:
+        raise CommandFailed(f"Invalid config(s): {','.join(unknown)}")
+    Request = registry()["AlterClientQuotasRequest"].cls
+    ops = [Request.OpData(key=k, value=v, remove=False) for k, v in add.items()]
+    ops += [Request.OpData(key=k, value=0.0, remove=True) for k in delete]
+    entry = Request.EntryData(entity=[Request.EntityData(entity_type=t, entity_name=n)
+                                      for t, n in pairs], ops=ops)
+    response = round_trip(sock, ApiKey.ALTER_CLIENT_QUOTAS, API_VERSION,
+                          Request(entries=[entry], validate_only=False))
+    for result in response.entries:
+        if result.error_code:
+            raise CommandFailed(f"{ErrorCode(result.error_code).name}: {result.error_message}")
+
+
+def _current(sock: socket.socket, pairs: list[tuple[str, str | None]]) -> dict[str, float]:
+    Request = registry()["DescribeClientQuotasRequest"].cls
+    components = [Request.ComponentData(
+        entity_type=t, match_type=MATCH_DEFAULT if n is None else MATCH_EXACT, match=n)
+        for t, n in pairs]
+    response = round_trip(sock, ApiKey.DESCRIBE_CLIENT_QUOTAS, API_VERSION,
+                          Request(components=components, strict=True))
+    if response.error_code:
+        raise CommandFailed(f"{ErrorCode(response.error_code).name}: {response.error_message}")
+    entries = response.entries or []
+    return {v.key: v.value for v in entries[0].values} if entries else {}
+
+
+def run(args: argparse.Namespace) -> int:
+    pairs = entities_of(args)
+    delete = [k.strip() for item in args.delete_config for k in item.split(",") if k.strip()]
+    if args.alter and not args.add_config.strip() and not delete:
+        raise UsageError("--alter needs --add-config or --delete-config")
+    head_type, head_name = pairs[0]
+    host, port = parse_host_port(args.bootstrap_server.split(",")[0])
+    try:
+        if head_type in RESOURCE_TYPES:
+            add_text = parse_resource_configs(args.add_config)
+        else:
+            check_quota_keys(head_type, args.add_config, delete)
+            add = parse_add_config(args.add_config)
+        with socket.create_connection((host, port), timeout=TIMEOUT_S) as sock:
+            if head_type in RESOURCE_TYPES:
+                if args.describe:
+                    for line in describe_resources(sock, head_type, head_name, args.all):
+                        print(line)
+                    return 0
+                alter_resource(sock, head_type, head_name, add_text, delete)
+            else:
+                quota_pairs = [(QUOTA_ENTITY_TYPES[t], n) for t, n in pairs]
+                if args.describe:
+                    for line in describe(sock, quota_pairs):
+                        print(line)
+                    return 0
+                alter(sock, quota_pairs, add, delete)
+    except CommandFailed as exc:
+        print(f"Error while executing config command with args '{' '.join(sys.argv[1:])}'\n"
+              f"{exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"cannot reach {args.bootstrap_server}: {exc}", file=sys.stderr)
+        return 1
+    if head_name is not None:
+        print(f"Completed updating config for {head_type[:-1]} {head_name}.")
+    else:
+        print(f"Completed updating default config for {head_type} in the cluster.")
+    return 0
+
+
+def check_quota_keys(entity_type: str, add_text: str, delete: list[str]) -> None:
+    """kafka-configs.sh refuses non-quota keys for users and clients before sending anything."""
+    added = [p.partition("=")[0].strip() for p in add_text.split(",") if p.strip()]
+    what = "quota and SCRAM credential configs" if entity_type == "users" else "quota configs"
+    for verb, keys in (("added", added), ("deleted", delete)):
+        unknown = [k for k in keys if k not in QUOTA_KEYS]
+        if unknown:
+            raise CommandFailed(f"Only {what} can be {verb} for '{entity_type}' using "
+                             f"--bootstrap-server. Unexpected config names: {', '.join(unknown)}")
+
+
+def parse_resource_configs(text: str) -> dict[str, str]:
+    """`k=v,k2=[a,b]` as kafka-configs.sh reads it (square brackets group a list value)."""
+    out: dict[str, str] = {}
+    depth = 0
+    pair = ""
+    for ch in text + ",":
+        if ch == "," and depth == 0:
+            if pair.strip():
+                key, sep, value = pair.partition("=")
+                if not sep or not key.strip():
+                    raise UsageError(f"--add-config expects key=value, got {pair!r}")
+                out[key.strip()] = value.strip().removeprefix("[").removesuffix("]")
+            pair = ""
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        pair += ch
+    return out
+
+
+def _resource_name(entity_type: str, name: str | None) -> str:
+    return "" if name is None else name
+
+
+def describe_resources(sock: socket.socket, entity_type: str, name: str | None,
+                       describe_all: bool) -> list[str]:
+    """kafka-configs.sh's describe of topics or brokers (every one when no name is given)."""
+    if name == _ANY:
+        names: list[str | None] = list(_all_names(sock, entity_type))
+        if entity_type == "brokers":
+            names.append(None)
+    else:
+        names = [name]
+    lines: list[str] = []
+    for each in names:
+        if entity_type == "brokers" and each is None:
+            lines.append("Default configs for brokers in the cluster are:")
+        else:
+            lines.append(f"{'All' if describe_all else 'Dynamic'} configs for "
+                         f"{entity_type[:-1]} {each} are:")
+        lines += _config_lines(sock, entity_type, each, describe_all)
+    return lines
+
+
+def _all_names(sock: socket.socket, entity_type: str) -> list[str]:
+    Request = registry()["MetadataRequest"].cls
+    response = round_trip(sock, ApiKey.METADATA, 12, Request(
+        topics=None, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False))
+    if entity_type == "brokers":
+        return [str(b.node_id) for b in response.brokers]
+    return sorted(t.name for t in response.topics if t.name)
+
+
+_DYNAMIC_SOURCE = {"topics": 1, "brokers": 2}  # DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG
+_SOURCE_NAMES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+                 3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG",
+                 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+
+
+def _resource_configs(sock: socket.socket, entity_type: str, name: str | None,
+                      describe_all: bool) -> list[Any]:
+    Request = registry()["DescribeConfigsRequest"].cls
+    response = round_trip(sock, ApiKey.DESCRIBE_CONFIGS, 4, Request(
+        resources=[Request.DescribeConfigsResource(
+            resource_type=RESOURCE_TYPES[entity_type],
+            resource_name=_resource_name(entity_type, name), configuration_keys=None)],
+        include_synonyms=True, include_documentation=False))
+    result = response.results[0]
+    if result.error_code:
+        raise CommandFailed(f"{ErrorCode(result.error_code).name}: {result.error_message}")
+    wanted = None if describe_all else (3 if name is None else _DYNAMIC_SOURCE[entity_type])
+    return sorted((c for c in result.configs if wanted is None or c.config_source == wanted),
+                  key=lambda c: c.name)
+
+
+def _config_lines(sock: socket.socket, entity_type: str, name: str | None,
+                  describe_all: bool) -> list[str]:
+    lines = []
+    for c in _resource_configs(sock, entity_type, name, describe_all):
+        synonyms = ", ".join(f"{_SOURCE_NAMES.get(s.source, s.source)}:{s.name}={_java(s.value)}"
+                             for s in c.synonyms)
+        lines.append(f"  {c.name}={_java(c.value)} sensitive={str(c.is_sensitive).lower()} "
+                     f"synonyms={{{synonyms}}}")
+    return lines
+
+
+def _java(value: str | None) -> str:
+    return "null" if value is None else value
+
+
+def alter_resource(sock: socket.socket, entity_type: str, name: str | None,
+                   add: dict[str, str], delete: list[str]) -> None:
+    """IncrementalAlterConfigs SET / DELETE, after kafka-configs.sh's check that every config
+    to delete is set."""
+    current = {c.name for c in _resource_configs(sock, entity_type, name, False)}
+    unknown = [k for k in delete if k not in current]
+    if unknown:
+        raise CommandFailed(f"Invalid config(s): {','.join(unknown)}")
+    Request = registry()["IncrementalAlterConfigsRequest"].cls
+    configs = [Request.AlterableConfig(name=k, config_operation=0, value=v)
+               for k, v in add.items()]
+    configs += [Request.AlterableConfig(name=k, config_operation=1, value=None) for k in delete]
+    response = round_trip(sock, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, Request(
+        resources=[Request.AlterConfigsResource(
+            resource_type=RESOURCE_TYPES[entity_type],
+            resource_name=_resource_name(entity_type, name), configs=configs)],
+        validate_only=False))
+    for result in response.responses:
+        if result.error_code:
+            raise CommandFailed(f"{ErrorCode(result.error_code).name}: {result.error_message}")
