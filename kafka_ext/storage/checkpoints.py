@@ -55,10 +55,11 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, text: str | bytes, *, sync: bool = True) -> None:
-    """Replace path with text (or bytes) through path.tmp + rename; with sync, fsync file and
-    dir (blocks)."""
-    tmp = path.with_name(path.name + ".tmp")
+def write_atomically(path: Path, text: str | bytes, *, sync: bool = True,
+                     tmp_suffix: str = ".tmp") -> None:
+    """Replace path with text (or bytes) through path + tmp_suffix and a rename; with sync,
+    fsync file and dir (blocks)."""
+    tmp = path.with_name(path.name + tmp_suffix)
     data = text.encode("utf-8") if isinstance(text, str) else text
     with open(tmp, "wb") as f:
         f.write(data)
