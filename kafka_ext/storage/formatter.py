@@ -21,10 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka_ext.controller.metadata_log import METADATA_TOPIC, encode_metadata_record
-from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError
+from kafka_ext.controller.metadata_log import METADATA_TOPIC
+from kafka_ext.controller.snapshot import (
+    METADATA_VERSION_FEATURE,
+    read_snapshot,
+    snapshot_bytes,
+)
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
-from kafka_ext.protocol.records import Record, build_batch, decode_all_batches
+from kafka_ext.protocol.records import ControlRecordType
 from kafka_ext.storage.checkpoints import (
     CorruptCheckpointError,
     MetaProperties,
@@ -36,7 +41,6 @@ from kafka_ext.storage.checkpoints import (
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 # The metadata log's first snapshot (offset 0, epoch 0): where KIP-853 keeps the initial voters.
 BOOTSTRAP_SNAPSHOT = "00000000000000000000-0000000000.checkpoint"
-METADATA_VERSION_FEATURE = "metadata.version"
 KRAFT_VERSION_FEATURE = "kraft.version"
 
 # Apache Kafka's MetadataVersion feature levels (server-common MetadataVersion), 3.3-IV3 (the
@@ -55,12 +59,6 @@ FEATURE_LEVELS: dict[str, range] = {
     "transaction.version": range(0, 3),
     "eligible.leader.replicas.version": range(0, 2),
 }
-
-# Control record types (Kafka's ControlRecordType) and the key every control record carries.
-_LEADER_CHANGE, _SNAPSHOT_HEADER, _SNAPSHOT_FOOTER, _KRAFT_VERSION, _KRAFT_VOTERS = 2, 3, 4, 5, 6
-_CONTROL_TYPE_NAMES = {_SNAPSHOT_HEADER: "SnapshotHeaderRecord",
-                       _SNAPSHOT_FOOTER: "SnapshotFooterRecord",
-                       _KRAFT_VERSION: "KRaftVersionRecord", _KRAFT_VOTERS: "VotersRecord"}
 
 
 class FormatError(ValueError):
@@ -170,62 +168,11 @@ def parse_initial_controllers(text: str) -> list[DynamicVoter]:
 # -- KRaft snapshot files (bootstrap.checkpoint and the voters snapshot) ---------------------
 
 
-def _control_record(offset: int, record_type: int, message: Any) -> Record:
-    mtype = registry()[type(message).__name__]
-    value = bytearray()
-    mtype.encode_into(message, 0, value, None)
-    key = (0).to_bytes(2, "big") + record_type.to_bytes(2, "big")  # version 0, type
-    return Record(offset=offset, timestamp=int(time.time() * 1000), key=key, value=bytes(value))
-
-
-def _snapshot_bytes(controls: Sequence[tuple[int, Any]], records: Sequence[Any]) -> bytes:
-    """Kafka's RecordsSnapshotWriter layout: a control batch (SnapshotHeaderRecord, then any
-    KRaftVersionRecord/VotersRecord), the metadata records, a SnapshotFooterRecord batch."""
-    reg = registry()
-    now_ms = int(time.time() * 1000)
-    head = [(_SNAPSHOT_HEADER, reg["SnapshotHeaderRecord"].cls(
-        version=0, last_contained_log_timestamp=now_ms)), *controls]
-    out = bytearray(build_batch([_control_record(i, t, m) for i, (t, m) in enumerate(head)],
-                                is_control=True))
-    offset = len(head)
-    if records:
-        out += build_batch([Record(offset=offset + i, timestamp=now_ms, key=None,
-                                   value=encode_metadata_record(r)) for i, r in enumerate(records)],
-                           base_offset=offset)
-        offset += len(records)
-    out += build_batch([_control_record(offset, _SNAPSHOT_FOOTER,
-                                        reg["SnapshotFooterRecord"].cls(version=0))],
-                       base_offset=offset, is_control=True)
-    return bytes(out)
-
-
-def read_snapshot(path: Path) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
-    """(control records by type name, metadata records) of a snapshot file written above;
-    CorruptCheckpointError if it does not parse or has no footer."""
-    from kafka_ext.controller.metadata_log import decode_metadata_record
-
-    reg = registry()
-    controls: dict[str, Any] = {}
-    records: list[tuple[str, Any]] = []
-    try:
-        data = path.read_bytes()
-        for header, batch in decode_all_batches(data):
-            for rec in batch:
-                if rec.value is None:
-                    raise DecodeError("a record without a value")
-                if header.is_control:
-                    if rec.key is None or len(rec.key) != 4:
-                        raise DecodeError("a control record without its 4-byte key")
-                    name = _CONTROL_TYPE_NAMES.get(int.from_bytes(rec.key[2:4], "big"))
-                    if name is not None:
-                        controls[name], _ = reg[name].decode(rec.value, 0, 0)
-                else:
-                    records.append(decode_metadata_record(rec.value))
-    except DecodeError as exc:
-        raise CorruptCheckpointError(path, str(exc)) from None
-    if "SnapshotHeaderRecord" not in controls or "SnapshotFooterRecord" not in controls:
-        raise CorruptCheckpointError(path, "not a whole snapshot (header or footer missing)")
-    return controls, records
+def _snapshot_bytes(controls: Sequence[tuple[ControlRecordType, Any]],
+                    records: Sequence[Any]) -> bytes:
+    """A snapshot of `records` after `controls` (KRaftVersionRecord, VotersRecord), now."""
+    return snapshot_bytes(records, controls=controls,
+                          last_contained_log_time_ms=int(time.time() * 1000))
 
 
 def bootstrap_records(metadata_level: int, features: Mapping[str, int]) -> list[Any]:
@@ -357,8 +304,8 @@ def _write_voters_snapshot(metadata_log_dir: Path, voters: Sequence[DynamicVoter
     cls = registry()["KRaftVersionRecord"].cls
     snapshot_dir = metadata_log_dir / f"{METADATA_TOPIC}-0"
     snapshot_dir.mkdir(parents=True, exist_ok=True)
-    controls = [(_KRAFT_VERSION, cls(version=0, k_raft_version=kraft_version)),
-                (_KRAFT_VOTERS, _voters_record(voters, listener_name))]
+    controls = [(ControlRecordType.KRAFT_VERSION, cls(version=0, k_raft_version=kraft_version)),
+                (ControlRecordType.KRAFT_VOTERS, _voters_record(voters, listener_name))]
     write_atomically(snapshot_dir / BOOTSTRAP_SNAPSHOT, _snapshot_bytes(controls, ()))
 
 
