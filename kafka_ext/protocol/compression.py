@@ -46,6 +46,15 @@ _ZSTD_SKIPPABLE_MASK = 0xFFFFFFF0
 _ZSTD_MAX_FRAME_HEADER_BYTES = 18  # magic 4 + descriptor 1 + window 1 + dictionary 4 + content size 8
 _ZSTD_RLE_BLOCK = 1  # Block_Type of a one-byte run; every other type stores Block_Size bytes
 
+# LZ4 frame header (KIP-57): magic, FLG, BD, optional content size and dictionary id, then HC,
+# the second byte of the XXH32 of the descriptor.
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_FLG_POS = 4
+_LZ4_CONTENT_SIZE_FLAG = 0x08  # FLG bit 3: an 8-byte content size follows BD
+_LZ4_DICT_ID_FLAG = 0x01  # FLG bit 0: a 4-byte dictionary id follows
+_XXH32_PRIMES = (2654435761, 2246822519, 3266489917, 668265263, 374761393)
+_U32 = 0xFFFFFFFF
+
 
 def compress(codec: Compression, data: BytesLike, *, level: int | None = None) -> bytes:
     """Compress a records section with codec, in a form every stock Kafka client reads.
@@ -253,3 +262,71 @@ def _check_zstd_frames_whole(data: BytesLike) -> None:
             pos += 4 if has_checksum else 0
         if pos != end:
             raise DecodeError("zstd records end inside a frame")
+
+
+# -- message format v0's LZ4 (KAFKA-3160) ------------------------------------------------------
+# Kafka before 0.10 wrote LZ4 frames whose header checksum (HC) covers the frame magic too, and
+# Kafka keeps that framing for magic 0 messages: it ignores HC when reading them and writes the
+# broken HC when writing them. Magic 1 and v2 batches use the standard frame.
+
+
+def lz4_frame_to_kafka_3160(framed: BytesLike) -> bytes:
+    """The same LZ4 frame with the header checksum message format v0 carries (over the magic)."""
+    return _set_lz4_header_checksum(framed, from_pos=0)
+
+
+def lz4_frame_from_kafka_3160(framed: BytesLike) -> bytes:
+    """A magic 0 LZ4 frame with its header checksum made standard, whatever it was (Kafka
+    ignores it for magic 0), so the standard decoder reads it."""
+    return _set_lz4_header_checksum(framed, from_pos=_LZ4_FLG_POS)
+
+
+def _set_lz4_header_checksum(framed: BytesLike, from_pos: int) -> bytes:
+    """Rewrite HC as the XXH32 of the header from from_pos; anything that is not an LZ4 frame
+    header is returned unchanged for the decoder to refuse."""
+    out = bytearray(framed)
+    if len(out) <= _LZ4_FLG_POS or out[:_LZ4_FLG_POS] != _LZ4_MAGIC:
+        return bytes(out)
+    flg = out[_LZ4_FLG_POS]
+    hc_pos = (_LZ4_FLG_POS + 2 + (8 if flg & _LZ4_CONTENT_SIZE_FLAG else 0)
+              + (4 if flg & _LZ4_DICT_ID_FLAG else 0))
+    if len(out) <= hc_pos:
+        return bytes(out)
+    out[hc_pos] = (xxh32(out[from_pos:hc_pos]) >> 8) & 0xFF
+    return bytes(out)
+
+
+def xxh32(data: BytesLike, seed: int = 0) -> int:
+    """XXH32 (the LZ4 frame's checksum), for the few header bytes HC covers; pure Python."""
+    p1, p2, p3, p4, p5 = _XXH32_PRIMES
+    view = memoryview(data).cast("B")
+    n = len(view)
+    pos = 0
+    if n >= 16:
+        lanes = [(seed + p1 + p2) & _U32, (seed + p2) & _U32, seed & _U32, (seed - p1) & _U32]
+        while pos + 16 <= n:
+            for i in range(4):
+                word = int.from_bytes(view[pos:pos + 4], "little")
+                lanes[i] = (_rotl32((lanes[i] + word * p2) & _U32, 13) * p1) & _U32
+                pos += 4
+        h = (_rotl32(lanes[0], 1) + _rotl32(lanes[1], 7) + _rotl32(lanes[2], 12)
+             + _rotl32(lanes[3], 18)) & _U32
+    else:
+        h = (seed + p5) & _U32
+    h = (h + n) & _U32
+    while pos + 4 <= n:
+        word = int.from_bytes(view[pos:pos + 4], "little")
+        h = (_rotl32((h + word * p3) & _U32, 17) * p4) & _U32
+        pos += 4
+    while pos < n:
+        h = (_rotl32((h + view[pos] * p5) & _U32, 11) * p1) & _U32
+        pos += 1
+    h ^= h >> 15
+    h = (h * p2) & _U32
+    h ^= h >> 13
+    h = (h * p3) & _U32
+    return h ^ (h >> 16)
+
+
+def _rotl32(value: int, bits: int) -> int:
+    return ((value << bits) | (value >> (32 - bits))) & _U32
