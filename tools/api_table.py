@@ -25,7 +25,6 @@ from kafka_ext.protocol.api_keys import (  # noqa: E402
     Audience,
     advertised_ranges,
     audience,
-    supported_versions,
 )
 from kafka_ext.protocol.kafka_releases import (  # noqa: E402
     KAFKA_API_NAMES,
@@ -116,13 +115,9 @@ def table_rows(handled: Iterable[int]) -> list[list[str]]:
         served: tuple[int, int] | None = None
         text = "—"
         if key in advertised:
-            decoded = supported_versions(key)
-            assert decoded is not None
             adv = advertised[key]
-            served = (max(adv.min_version, decoded[0]), adv.max_version)
+            served = (adv.min_version, adv.max_version)
             text = _span(*served)
-            if adv.min_version < decoded[0]:
-                text += f" (advertised {_span(adv.min_version, adv.max_version)})"
         elif ours:
             text = "no (schema only)"
         if key in registry().shadowed_requests:

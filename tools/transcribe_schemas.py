@@ -42,10 +42,9 @@ STANDARD_APIS: tuple[str, ...] = (
 )
 
 # Lowest version we transcribe; absent means Kafka's full range. DESIGN §4: every version Kafka 3.9
-# serves. Produce and Fetch start higher until message formats v0/v1 are converted (issue 23).
-VERSION_FLOORS: dict[str, int] = {
-    "Produce": 3, "Fetch": 4,
-}
+# serves, so no API has a floor today (Produce v0-2 and Fetch v0-3 came with message formats v0/v1,
+# issue 23); the mechanism stays for an API whose old versions we cannot serve.
+VERSION_FLOORS: dict[str, int] = {}
 
 # Group coordinator records: file stem -> record type (the key's version number on disk).
 GROUP_RECORD_TYPES: dict[str, int] = {

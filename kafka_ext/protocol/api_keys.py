@@ -146,11 +146,6 @@ def peer_audience(client_software_name: str | None) -> Audience:
     return Audience.CLIENT
 
 
-# Kafka 4.0 removed Produce v0-2 but still lists them in ApiVersions, because librdkafka
-# before 2.10 turns off compressed produce when Produce v0 is missing (KAFKA-18659).
-# The versions are rejected with UNSUPPORTED_VERSION when actually sent.
-_ADVERTISED_MIN_VERSION = {ApiKey.PRODUCE: 0}
-
 # Versions our schemas decode but whose behaviour we do not implement, so never advertised:
 # EndTxn v5 is KIP-890 transaction version 2 (an epoch bump per transaction), which clients use
 # only once `transaction.version` is finalised, and we do not finalise it.
@@ -181,7 +176,6 @@ def advertised_ranges(implemented: Iterable[int], peer: Audience = Audience.CLIE
         versions = supported_versions(key)
         if versions is None or audience(key) > peer:
             continue
-        low = _ADVERTISED_MIN_VERSION.get(key, versions[0])  # type: ignore[call-overload]
         high = min(versions[1], _ADVERTISED_MAX_VERSION.get(key, versions[1]))  # type: ignore[call-overload]
-        ranges.append(ApiVersionRange(key, low, high))
+        ranges.append(ApiVersionRange(key, versions[0], high))
     return ranges

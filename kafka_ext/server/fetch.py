@@ -1,4 +1,4 @@
-"""Fetch (1): consumers read batches as memoryviews of segment maps; v4-v17.
+"""Fetch (1): consumers read batches as memoryviews of segment maps; v0-v17.
 
 Behaviour as Kafka's: long poll until `min_bytes` are available or `max_wait_ms` passes;
 `max_bytes` caps the response and `partition_max_bytes` each partition, except that the first
@@ -8,6 +8,14 @@ from v13. Sessions (v7+) are in fetch_session.py. Diskless partitions are read f
 objects (DisklessService.fetch) in the same response. Nothing here copies or decodes record
 bytes. A consumer over its consumer_byte_rate quota gets an empty answer with ThrottleTimeMs
 (docs/quotas.md).
+
+v0-3 (message formats v0/v1, read uncommitted up to the high watermark) are the exception: the
+batches read are down-converted to magic 0 (v0-1) or magic 1 (v2-3) messages, as Kafka 3.9
+does (protocol/legacy_records.py), after the read and only for those versions; the limits then
+count converted bytes, never a partial message goes out, and reading goes on past batches that
+convert to nothing (transaction markers) so an old consumer is never stuck on them. A topic
+with compression.type=zstd answers UNSUPPORTED_COMPRESSION_TYPE below v10 as in Kafka (checked
+here for v0-3 only), and KAFKA_STORAGE_ERROR becomes NOT_LEADER_OR_FOLLOWER for them.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Any
 
 from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.legacy_records import MAGIC_V0, MAGIC_V1, down_convert
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.client_quota_manager import client_of, now_ms
 from kafka_ext.server.dispatcher import RequestContext
@@ -36,6 +45,8 @@ _PartitionData = _Response.PartitionData
 _AbortedTransaction = _Response.AbortedTransaction
 TOPIC_IDS_VERSION = 13
 READ_COMMITTED = 1
+MESSAGE_FORMAT_V1_BELOW_VERSION = 4  # Fetch v2-3 read magic 1 messages
+MESSAGE_FORMAT_V0_BELOW_VERSION = 2  # Fetch v0-1 read magic 0 messages
 
 
 @dataclass(slots=True)
@@ -66,6 +77,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     diskless = {i for i, t in enumerate(targets)
                 if not t.unknown_topic_id and broker.diskless.is_diskless(t.topic, t.partition)}
+    magic = _down_conversion_magic(ctx.api_version)
     while True:
         results, total_bytes, has_error = _read_all(broker, request, targets, diskless)
         if diskless:
@@ -73,6 +85,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
                                                           diskless, total_bytes)
             total_bytes += more_bytes
             has_error = has_error or more_error
+        if magic is not None:
+            total_bytes, has_error = _down_convert_all(broker, request, targets, results,
+                                                       diskless, magic)
         remaining = deadline - loop.time()
         if total_bytes >= request.min_bytes or has_error or remaining <= 0:
             break
@@ -103,6 +118,69 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         topic.partitions.append(data)
     return _Response(error_code=0, session_id=session.session_id if session else 0,
                      responses=list(responses.values()))
+
+
+def _down_conversion_magic(api_version: int) -> int | None:
+    """The message format a Fetch version reads, when it is older than v2 batches."""
+    if api_version >= MESSAGE_FORMAT_V1_BELOW_VERSION:
+        return None
+    return MAGIC_V0 if api_version < MESSAGE_FORMAT_V0_BELOW_VERSION else MAGIC_V1
+
+
+def _down_convert_all(broker: Any, request: Any, targets: list[_Target], results: list[Any],
+                      diskless: set[int], magic: int) -> tuple[int, bool]:
+    """Fetch v0-3: rewrite each partition's batches as `magic` messages within the partition and
+    response limits, now counted in converted bytes (the first partition with data may send
+    one message beyond them); returns (response bytes, whether a partition failed)."""
+    budget = request.max_bytes
+    total = 0
+    has_error = False
+    for index, (target, data) in enumerate(zip(targets, results, strict=True)):
+        chunks, data.records = data.records, []
+        if data.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+            # Consumers this old do not know the code; Kafka sends them this one (<= v5).
+            data.error_code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if not data.error_code and broker.log_config_for(target.topic).compression_type == "zstd":
+            data.error_code = int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)  # KIP-110: Fetch < v10
+        if data.error_code:
+            has_error = True
+            continue
+        max_bytes = min(target.cached.max_bytes, budget - total)
+        if max_bytes <= 0 and total > 0:
+            continue
+        try:
+            converted = _down_convert(broker, target, chunks, data.high_watermark, magic,
+                                      max_bytes, first=total == 0, classic=index not in diskless)
+        except KafkaError as exc:
+            data.error_code = int(exc.code)
+            has_error = True
+            continue
+        if converted:
+            data.records = [converted]
+            total += len(converted)
+    return total, has_error
+
+
+def _down_convert(broker: Any, target: _Target, chunks: list[Any], high_watermark: int,
+                  magic: int, max_bytes: int, *, first: bool, classic: bool) -> bytearray:
+    """One partition's messages. When what was read converts to nothing (transaction markers,
+    records before the fetch offset, or a batch larger than what the v2 limits left), a classic
+    partition reads on below the high watermark, a whole batch at a time: the limit applies to
+    the converted messages, so part of an uncompressed batch may fit where all of it did not."""
+    fetch_offset = target.cached.fetch_offset
+    converted = down_convert(chunks, magic, fetch_offset, max_bytes, min_one_message=first)
+    position = converted.next_offset
+    while classic and not converted.message_set and position < high_watermark:
+        plog = broker.replica_manager.leader_partition(target.topic, target.partition).log
+        info = plog.read(position, max_bytes, max_offset=high_watermark, min_one_message=True)
+        if not info.records:
+            break
+        converted = down_convert(info.records, magic, fetch_offset, max_bytes,
+                                 min_one_message=first)
+        if converted.next_offset <= position:
+            break
+        position = converted.next_offset
+    return converted.message_set
 
 
 def _throttled(ctx: RequestContext, total_bytes: int) -> bool:

@@ -1,4 +1,4 @@
-"""Produce (0): append producers' batches to partition logs; v3-v11 (v0-2 advertised, refused).
+"""Produce (0): append producers' batches to partition logs; v0-v11.
 
 Each partition answers on its own: an unknown partition, a corrupt batch or a batch above
 max.message.bytes fails that partition only; a batch refused for particular records (keyless on
@@ -17,6 +17,13 @@ to the WAL writer and is answered once its object is committed to the partition'
 (acks=1 and acks=-1 alike); acks=0 diskless appends finish in the background.
 A producer over its producer_byte_rate quota is answered with ThrottleTimeMs and muted
 (docs/quotas.md).
+
+v0-2 (message formats v0/v1, no transactional id): a v0/v1 message set is converted to one v2
+batch at this edge (protocol/legacy_records.py, as Kafka 3.x's LogValidator) and then takes the
+path above; Kafka's checks of those formats answer CORRUPT_MESSAGE, INVALID_RECORD or
+INVALID_TIMESTAMP for the partition, and a set without one whole message appends nothing and
+answers no error, as Kafka does. A v2 batch sent at v0-2 is taken as it is, as Kafka takes it.
+v2 brought the response's LogAppendTime, v1 the throttle time.
 """
 
 from __future__ import annotations
@@ -28,8 +35,15 @@ from typing import Any
 
 from kafka_ext.network.connection import CloseConnection
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.legacy_records import is_message_set, message_set_to_batch
 from kafka_ext.protocol.messages import registry
-from kafka_ext.protocol.record_batch import ATTRIBUTES_POS, TRANSACTIONAL_FLAG
+from kafka_ext.protocol.record_batch import (
+    ATTRIBUTES_POS,
+    CURRENT_MAGIC,
+    MAGIC_POS,
+    TRANSACTIONAL_FLAG,
+    TimestampType,
+)
 from kafka_ext.server.client_quota_manager import client_of, now_ms
 from kafka_ext.server.dispatcher import RequestContext
 from kafka_ext.server.metadata import INTERNAL_TOPICS
@@ -42,6 +56,7 @@ _TRANSACTIONAL_BYTE_POS = ATTRIBUTES_POS + 1  # the low byte of the big-endian i
 _TopicResponse = _Response.TopicProduceResponse
 _PartitionResponse = _Response.PartitionProduceResponse
 _RecordError = _PartitionResponse.BatchIndexAndErrorMessage
+MESSAGE_SETS_BELOW_VERSION = 3  # Produce v0-2 carry message formats v0/v1
 
 
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
@@ -52,6 +67,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         return _error_for_all(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     broker = ctx.broker
     replicas = broker.replica_manager
+    message_sets = ctx.api_version < MESSAGE_SETS_BELOW_VERSION
     topics = []
     # Diskless partitions answer once their WAL object is committed; they wait together, so
     # one request's partitions share one object.
@@ -65,6 +81,10 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 if topic_data.name in INTERNAL_TOPICS:
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                      f"Cannot append to internal topic {topic_data.name}")
+                if message_sets and data.records is not None and is_message_set(data.records):
+                    data.records = _to_batch(broker, topic_data.name, data.records)
+                    if data.records is None:
+                        continue  # not one whole message: nothing appended, no error (Kafka)
                 if broker.diskless.is_diskless(topic_data.name, data.index):
                     records = data.records
                     if request.acks == 0 and isinstance(records, memoryview):
@@ -105,6 +125,13 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     return _Response(responses=topics)
 
 
+def _to_batch(broker: Any, topic: str, message_set: Any) -> bytes | None:
+    """A Produce v0-2 message set as one v2 batch, checked against the topic's timestamp type."""
+    log_append_time = (broker.log_config_for(topic).message_timestamp_type
+                       == TimestampType.LOG_APPEND_TIME)
+    return message_set_to_batch(message_set, log_append_time=log_append_time)
+
+
 def _succeeded(answer: Any, base_offset: int, log_append_time_ms: int,
                log_start_offset: int) -> None:
     answer.base_offset = base_offset
@@ -130,9 +157,11 @@ async def _logged_append(append: Awaitable[Any]) -> None:
 
 
 def _has_transactional_batch(request: Any) -> bool:
-    """Whether any partition's first batch has the transactional attribute (a header byte)."""
+    """Whether any partition's first batch has the transactional attribute (a header byte of
+    a v2 batch; v0/v1 messages have no such flag)."""
     return any(
         data.records is not None and len(data.records) > _TRANSACTIONAL_BYTE_POS
+        and data.records[MAGIC_POS] == CURRENT_MAGIC
         and data.records[_TRANSACTIONAL_BYTE_POS] & TRANSACTIONAL_FLAG
         for topic_data in request.topic_data for data in topic_data.partition_data)
 

@@ -338,17 +338,35 @@ def test_unsupported_fetch_version_closes_connection(broker: Any) -> None:
     assert_answers_api_versions(broker)
 
 
-def test_produce_v2_removed_in_kafka_4_closes_connection(broker: Any) -> None:
-    topic = new_topic_name("produce-v2")
+def test_produce_above_kafka_39s_versions_closes_connection(broker: Any) -> None:
+    """Produce v12 is Kafka 4.0's, not 3.9's: a version we do not serve closes the connection,
+    as Kafka's broker does for any version it does not know."""
+    topic = new_topic_name("produce-v12")
     create_topic(broker, topic)
-    # Produce v2 framing: no transactional id; records as an int32-prefixed message set.
-    body = (struct.pack(">hi", 1, 30000) + struct.pack(">i", 1) + struct.pack(">h", len(topic))
-            + topic.encode() + struct.pack(">ii", 1, 0) + struct.pack(">i", 0))
-    header = struct.pack(">hhih", API_PRODUCE, 2, 5, 1) + b"t"
+    header = struct.pack(">hhih", API_PRODUCE, 12, 5, 1) + b"t"
     with connect(broker) as sock:
-        sock.sendall(SIZE.pack(len(header) + len(body)) + header + body)
-        assert_closed_by_server(sock, "Produce v2")
+        sock.sendall(SIZE.pack(len(header) + 8) + header + b"\0" * 8)
+        assert_closed_by_server(sock, "Produce v12")
     assert latest_offset(broker, topic) == 0
+    assert_answers_api_versions(broker)
+
+
+@pytest.mark.parametrize("records", [
+    pytest.param(struct.pack(">qi", 0, 5) + b"\0" * 5, id="message smaller than its header"),
+    pytest.param(struct.pack(">qi", 0, 14) + b"\0\0\0\0\x09" + b"\0" * 9, id="magic 9"),
+    pytest.param(struct.pack(">qi", 0, 14) + b"\xde\xad\xbe\xef\0\0" + b"\xff" * 8,
+                 id="bad crc"),
+])
+def test_produce_v2_garbage_message_set_is_corrupt_message_and_the_connection_stays(
+        broker: Any, records: bytes) -> None:
+    topic = new_topic_name("produce-v2-garbage")
+    create_topic(broker, topic)
+    with connect(broker) as sock:
+        answer = produce_partition_response(sock, topic, records, version=2)
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.CORRUPT_MESSAGE, -1)
+        answer = produce_partition_response(sock, topic, bytes(valid_batch([b"v2"])), version=2)
+        assert (answer.error_code, answer.base_offset) == (0, 0)  # a v2 batch at v2, as Kafka
+    assert latest_offset(broker, topic) == 1
 
 
 def test_api_versions_unsupported_version_answers_v0_with_ranges(broker: Any) -> None:

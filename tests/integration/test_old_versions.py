@@ -157,7 +157,7 @@ def create_topic(conn: Conn, topic: str, partitions: int = 1,
 
 
 def produce(conn: Conn, topic: str, values: list[bytes], partition: int = 0) -> int:
-    """Append `values` with Produce v3 (the lowest we serve here); the base offset."""
+    """Append `values` as a v2 batch with Produce v3; the base offset."""
     Req = _reg["ProduceRequest"].cls
     now_ms = int(time.time() * 1000)
     batch = build_batch([Record(i, now_ms, None, v) for i, v in enumerate(values)])
@@ -206,7 +206,7 @@ def fetch_committed(conn: Conn, version: int, group: str, topic: str,
 
 # Kafka 3.9's lowest version of each API whose floor issue 23 lowered here (the highest is ours).
 KAFKA_39_LOWEST = {
-    ApiKey.LIST_OFFSETS: 0, ApiKey.OFFSET_COMMIT: 0, ApiKey.OFFSET_FETCH: 0,
+    ApiKey.PRODUCE: 0, ApiKey.FETCH: 0, ApiKey.LIST_OFFSETS: 0, ApiKey.OFFSET_COMMIT: 0, ApiKey.OFFSET_FETCH: 0,
     ApiKey.FIND_COORDINATOR: 0, ApiKey.JOIN_GROUP: 0, ApiKey.CREATE_TOPICS: 0,
     ApiKey.DELETE_TOPICS: 0, ApiKey.OFFSET_FOR_LEADER_EPOCH: 0, ApiKey.DESCRIBE_CONFIGS: 0,
     ApiKey.ALTER_REPLICA_LOG_DIRS: 0, ApiKey.DESCRIBE_LOG_DIRS: 0, ApiKey.DELETE_GROUPS: 0,

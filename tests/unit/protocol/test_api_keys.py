@@ -26,10 +26,12 @@ def test_every_request_has_a_response_with_the_same_versions() -> None:
         assert response.spec.flexible_versions == request.spec.flexible_versions
 
 
-def test_produce_is_advertised_from_version_zero_but_decodes_from_three() -> None:
-    (produce,) = advertised_ranges([ApiKey.PRODUCE])
-    assert (produce.min_version, produce.max_version) == (0, 11)
-    assert supported_versions(ApiKey.PRODUCE) == (3, 11)
+def test_produce_and_fetch_are_advertised_as_decoded_from_version_zero() -> None:
+    """Message formats v0/v1 are served (issue 23): what ApiVersions lists is what decodes, and
+    Produce v0-2 stay listed as Kafka 4.0 lists them (KAFKA-18659, old librdkafka needs them)."""
+    produce, fetch = advertised_ranges([ApiKey.PRODUCE, ApiKey.FETCH])
+    assert (produce.min_version, produce.max_version) == supported_versions(ApiKey.PRODUCE) == (0, 11)
+    assert (fetch.min_version, fetch.max_version) == supported_versions(ApiKey.FETCH) == (0, 17)
 
 
 def test_only_implemented_keys_are_advertised() -> None:
