@@ -11,9 +11,10 @@ bytes. A consumer over its consumer_byte_rate quota gets an empty answer with Th
 
 v0-3 (message formats v0/v1, read uncommitted up to the high watermark) are the exception: the
 batches read are down-converted to magic 0 (v0-1) or magic 1 (v2-3) messages, as Kafka 3.9
-does (protocol/legacy_records.py), after the read and only for those versions; the limits then
-count converted bytes, never a partial message goes out, and reading goes on past batches that
-convert to nothing (transaction markers) so an old consumer is never stuck on them. A topic
+does (protocol/legacy_records.py), after the read and only for those versions; the limits and
+`min_bytes` then count converted bytes, never a partial message goes out, and reading goes on
+past batches that convert to nothing (transaction markers) so an old consumer is never stuck on
+them, nor answered at once with nothing while a marker ends the log. A topic
 with compression.type=zstd answers UNSUPPORTED_COMPRESSION_TYPE below v10 as in Kafka (checked
 here for v0-3 only), and KAFKA_STORAGE_ERROR becomes NOT_LEADER_OR_FOLLOWER for them.
 """
