@@ -38,7 +38,7 @@ STANDARD_APIS: tuple[str, ...] = (
     "BrokerRegistration", "BrokerHeartbeat", "AlterPartition", "Vote", "BeginQuorumEpoch",
     "EndQuorumEpoch", "FetchSnapshot", "DescribeQuorum", "AllocateProducerIds", "UnregisterBroker",
     "DescribeTopicPartitions", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
-    "DescribeClientQuotas", "AlterClientQuotas",
+    "DescribeClientQuotas", "AlterClientQuotas", "Envelope",
 )
 
 # Lowest version we transcribe; absent means Kafka's full range. DESIGN §4: every version Kafka 3.9
@@ -327,7 +327,27 @@ def partition_record_extensions(schema: dict[str, Any]) -> None:
         "-1 for classic partitions.", default="-1"))
 
 
+def vote_pre_vote(schema: dict[str, Any]) -> None:
+    """KIP-996 (Kafka 4.0): Vote v2 adds PreVote; our reference definitions predate it."""
+    schema["validVersions"] = "0-2"
+    if schema["type"] == "request":
+        partition = schema["fields"][-1]["fields"][-1]
+        partition["fields"].append({"name": "PreVote", "type": "bool", "versions": "2+",
+                                    "about": "Whether this is a pre-vote (no epoch change)."})
+
+
+def envelope_response_extensions(schema: dict[str, Any]) -> None:
+    """KIP-590 forwarding: the metadata offset the controller had applied when it answered,
+    so the forwarding broker answers only once its own metadata has caught up with it."""
+    schema["fields"].append(ext(
+        "CommittedOffset", "int64", TAG_BASE, "0+",
+        "Offset after the last metadata record the controller had applied.", default="-1"))
+
+
 EXTENSIONS: dict[str, Any] = {
+    "EnvelopeResponse": envelope_response_extensions,
+    "VoteRequest": vote_pre_vote,
+    "VoteResponse": vote_pre_vote,
     "MetadataResponse": metadata_response_extensions,
     "ProduceRequest": produce_request_extensions,
     "HeartbeatRequest": heartbeat_request_extensions,

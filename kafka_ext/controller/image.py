@@ -48,6 +48,31 @@ class TopicImage:
 
 
 @dataclass(slots=True, frozen=True)
+class BrokerEndpoint:
+    listener_name: str
+    host: str
+    port: int
+    security_protocol: int
+
+
+@dataclass(slots=True, frozen=True)
+class BrokerRegistration:
+    """A registered broker (RegisterBrokerRecord): how clients reach it, and whether the
+    controller has fenced it (no leaderships, not in Metadata) or it is shutting down."""
+
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: uuid.UUID
+    endpoints: tuple[BrokerEndpoint, ...]
+    rack: str | None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+    def endpoint(self, listener_name: str) -> BrokerEndpoint | None:
+        return next((e for e in self.endpoints if e.listener_name == listener_name), None)
+
+
+@dataclass(slots=True, frozen=True)
 class MetadataImage:
     offset: int = -1
     topics_by_name: dict[str, TopicImage] = field(default_factory=dict)
@@ -65,6 +90,13 @@ class MetadataImage:
     # name is the default) -> {quota key: value}. See controller/client_quota_control.py.
     client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = field(
         default_factory=dict)
+    # Registered brokers by id (RegisterBrokerRecord, fenced / unfenced / unregistered).
+    brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+
+    def live_brokers(self) -> list[BrokerRegistration]:
+        """Registered, unfenced brokers: the ones that may lead partitions, by id."""
+        return sorted((b for b in self.brokers.values() if not b.fenced),
+                      key=lambda b: b.broker_id)
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         return self.configs.get((TOPIC_RESOURCE, topic), {})
@@ -105,6 +137,7 @@ class MetadataDelta:
         self.next_producer_id: int | None = None  # set by ProducerIdsRecord
         self._client_quotas: dict[tuple[tuple[str, str | None], ...],
                                   dict[str, float]] | None = None
+        self._brokers: dict[int, BrokerRegistration] | None = None
         # Topics whose partitions dict this delta already copied (safe to mutate), by id.
         self._own_partitions: set[uuid.UUID] = set()
 
@@ -148,6 +181,11 @@ class MetadataDelta:
             self._client_quotas = dict(self.base.client_quotas)
         return self._client_quotas
 
+    def brokers(self) -> dict[int, BrokerRegistration]:
+        if self._brokers is None:
+            self._brokers = dict(self.base.brokers)
+        return self._brokers
+
     def log_dirs(self) -> tuple[dict[int, tuple[uuid.UUID, ...]], dict[int, tuple[uuid.UUID, ...]]]:
         """(online dirs per broker, offline dirs per broker), as dicts this delta may change."""
         if self._log_dirs is None:
@@ -170,6 +208,7 @@ class MetadataDelta:
             offline_log_dirs=offline,
             client_quotas=(base.client_quotas if self._client_quotas is None
                            else self._client_quotas),
+            brokers=base.brokers if self._brokers is None else self._brokers,
         )
 
 
@@ -240,6 +279,43 @@ def _apply_broker_log_dirs(delta: MetadataDelta, record: Any) -> None:
     offline[broker] = tuple(sorted(known - set(dirs), key=str))
 
 
+def _apply_register_broker(delta: MetadataDelta, record: Any) -> None:
+    delta.brokers()[record.broker_id] = BrokerRegistration(
+        record.broker_id, record.broker_epoch, record.incarnation_id,
+        tuple(BrokerEndpoint(e.name, e.host, e.port, e.security_protocol)
+              for e in record.end_points),
+        record.rack, bool(record.fenced), bool(record.in_controlled_shutdown))
+    if record.log_dirs:
+        _apply_broker_log_dirs(delta, record)
+
+
+def _set_fenced(delta: MetadataDelta, broker_id: int, fenced: bool) -> None:
+    brokers = delta.brokers()
+    known = brokers.get(broker_id)
+    if known is not None:
+        brokers[broker_id] = replace(known, fenced=fenced,
+                                     in_controlled_shutdown=known.in_controlled_shutdown
+                                     and fenced)
+
+
+def _apply_broker_change(delta: MetadataDelta, record: Any) -> None:
+    """Fenced / InControlledShutdown: 1 sets, -1 clears, 0 leaves it (Kafka's encoding)."""
+    if record.fenced:
+        _set_fenced(delta, record.broker_id, record.fenced > 0)
+    if record.in_controlled_shutdown:
+        brokers = delta.brokers()
+        known = brokers.get(record.broker_id)
+        if known is not None:
+            brokers[record.broker_id] = replace(
+                known, in_controlled_shutdown=record.in_controlled_shutdown > 0)
+    if record.log_dirs or not (record.fenced or record.in_controlled_shutdown):
+        _apply_broker_log_dirs(delta, record)
+
+
+def _apply_unregister_broker(delta: MetadataDelta, record: Any) -> None:
+    delta.brokers().pop(record.broker_id, None)
+
+
 def _apply_client_quota(delta: MetadataDelta, record: Any) -> None:
     quotas = delta.client_quotas()
     entity = tuple(sorted({e.entity_type: e.entity_name for e in record.entity}.items()))
@@ -255,8 +331,11 @@ def _apply_client_quota(delta: MetadataDelta, record: Any) -> None:
 
 
 _APPLIERS: dict[str, Callable[[MetadataDelta, Any], None]] = {
-    "RegisterBrokerRecord": _apply_broker_log_dirs,
-    "BrokerRegistrationChangeRecord": _apply_broker_log_dirs,
+    "RegisterBrokerRecord": _apply_register_broker,
+    "BrokerRegistrationChangeRecord": _apply_broker_change,
+    "FenceBrokerRecord": lambda delta, record: _set_fenced(delta, record.id, True),
+    "UnfenceBrokerRecord": lambda delta, record: _set_fenced(delta, record.id, False),
+    "UnregisterBrokerRecord": _apply_unregister_broker,
     "TopicRecord": _apply_topic,
     "PartitionRecord": _apply_partition,
     "PartitionChangeRecord": _apply_partition_change,

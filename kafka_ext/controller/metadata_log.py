@@ -65,18 +65,20 @@ def build_metadata_batch(records: Sequence[Any]) -> bytes:
                                value=encode_metadata_record(r)) for i, r in enumerate(records)])
 
 
-def replay(log: Any) -> Iterator[tuple[int, str, Any]]:
-    """(offset, record type name, record) for every record in the log, in order."""
-    offset = log.log_start_offset
-    end = log.log_end_offset
+def replay(log: Any, start: int | None = None, end: int | None = None
+           ) -> Iterator[tuple[int, str, Any]]:
+    """(offset, record type name, record) for the records of the log in [start, end)
+    (default: all of it), in order; Raft's control records are skipped."""
+    offset = log.log_start_offset if start is None else max(start, log.log_start_offset)
+    end = log.log_end_offset if end is None else min(end, log.log_end_offset)
     while offset < end:
-        info = log.read(offset, READ_CHUNK_BYTES, max_offset=None, min_one_message=True)
+        info = log.read(offset, READ_CHUNK_BYTES, max_offset=end, min_one_message=True)
         if not info.records:
             break
         data = b"".join(info.records)
         for header, records in decode_all_batches(data):
-            for rec in records:
-                if rec.value is not None:
+            for rec in records if not header.is_control else ():  # LeaderChange: Raft's own
+                if rec.value is not None and offset <= rec.offset < end:
                     name, message = decode_metadata_record(rec.value)
                     yield rec.offset, name, message
             offset = header.base_offset + header.last_offset_delta + 1

@@ -1,9 +1,11 @@
 """QuorumController: validates metadata changes, appends their records, replays them.
 
-Single-node form (`process.roles=broker,controller`): this process is the only voter, so a
-record is committed once it is appended and flushed to `__cluster_metadata`. Operations are
+Records reach `__cluster_metadata` through the Raft quorum (kafka_ext/raft): the active
+controller is the quorum's leader; it appends a change's records as one batch and answers
+once they are committed and applied here. Every node applies committed records the same way
+(`apply_committed`), or loads a snapshot the leader sent (`load_snapshot`). Operations are
 serialised by one lock, as Kafka's controller runs its event queue on one thread. Listeners are
-told (old image, new image) after every commit; the broker creates and deletes logs there.
+told (old image, new image) after every change; the broker creates and deletes logs there.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kafka_ext.controller.client_quota_control import (
@@ -22,12 +25,28 @@ from kafka_ext.controller.client_quota_control import (
     QuotaEntity,
     alter_client_quotas,
 )
+from kafka_ext.controller.cluster_control import (
+    BrokerHeartbeats,
+    BrokerListener,
+    HeartbeatAnswer,
+    check_broker_epoch,
+    controlled_shutdown_records,
+    fence_records,
+    leads_anything,
+    registration_records,
+    unfence_records,
+)
 from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
-from kafka_ext.controller.metadata_log import METADATA_TOPIC, build_metadata_batch, replay
-from kafka_ext.controller.quorum_status import LOCAL_LEADER_EPOCH, LocalQuorum, QuorumStatusSource
+from kafka_ext.controller.metadata_log import METADATA_TOPIC, replay
+from kafka_ext.controller.quorum_status import QuorumStatusSource, RaftQuorumStatus
+from kafka_ext.controller.snapshot import read_snapshot_image, write_snapshot
+from kafka_ext.network.node_client import NodeChannels
 from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.raft.kafka_metadata_log import KafkaMetadataLog
+from kafka_ext.raft.messages import OffsetAndEpoch, ReplicaKey
+from kafka_ext.raft.raft_manager import RaftManager
 from kafka_ext.server.config import (
     DYNAMIC_BROKER_CONFIGS,
     TOPIC_CONFIGS,
@@ -127,15 +146,40 @@ def _check_diskless_configs(topic: str, configs: dict[str, str]) -> None:
                          "diskless topics cannot be compacted (cleanup.policy=compact)")
 
 
+def image_from_log(metadata_log: Any) -> MetadataImage:
+    """What a `__cluster_metadata` log holds, committed or not: its latest snapshot and every
+    record after it (offline inspection of a stopped node's log; blocking)."""
+    metadata = KafkaMetadataLog(metadata_log)
+    snapshot = metadata.latest_snapshot_id()
+    image = (read_snapshot_image(metadata.snapshot_path(snapshot)) if snapshot is not None
+             else MetadataImage())
+    records = [(name, record) for _, name, record in replay(metadata_log, image.offset + 1)]
+    if records:
+        image = image.apply_all(image.offset + 1, records)
+    return replace(image, offset=max(image.offset, metadata_log.log_end_offset - 1))
+
+
 class QuorumController:
     """Owns `__cluster_metadata`; guarded by its lock."""
 
     def __init__(self, node_id: int, metadata_log: Any, *, default_partitions: int,
                  default_replication_factor: int, validate_topic_config: TopicConfigValidator,
                  run_blocking: Callable[[Callable[[], Any]], Awaitable[Any]],
-                 diskless_coordinators: int = 10) -> None:
+                 diskless_coordinators: int = 10, raft: RaftManager | None = None,
+                 snapshot_bytes: int = 20 * 1024 * 1024,
+                 snapshot_interval_ms: int = 3600000,
+                 broker_session_timeout_ms: int = 9000, is_broker: bool = True) -> None:
+        """`raft` is the node's metadata quorum member; without one, this node is a quorum of
+        itself (the embedded single node, and unit tests)."""
         self.node_id = node_id
         self.log = metadata_log
+        if raft is None:
+            raft = RaftManager(ReplicaKey(node_id), [ReplicaKey(node_id)],
+                               KafkaMetadataLog(metadata_log), metadata_log.dir, "",
+                               NodeChannels(lambda _: None, "kafka-ext-controller"),
+                               run_blocking)
+        self.raft = raft
+        raft.state_machine = self
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
         self.validate_topic_config = validate_topic_config
@@ -144,51 +188,151 @@ class QuorumController:
         self.diskless_coordinators = diskless_coordinators
         self.image = MetadataImage()
         self.listeners: list[ImageListener] = []
-        self.live_brokers: set[int] = {node_id}
+        self.heartbeats = BrokerHeartbeats(broker_session_timeout_ms)
+        self.is_broker = is_broker  # process.roles has broker: may place on itself
+        self._heartbeats_epoch = -1  # the quorum epoch the heartbeat clocks belong to
         # DescribeQuorum's source: this node alone until the Raft core feeds it (the broker
         # gives it the voter's directory id and endpoints).
-        self.quorum: QuorumStatusSource = LocalQuorum(
-            node_id, ZERO_UUID, lambda: int(self.log.log_end_offset),
-            lambda: int(self.log.high_watermark), tuple)
+        self.quorum: QuorumStatusSource = RaftQuorumStatus(raft, ZERO_UUID, tuple)
         self._lock = asyncio.Lock()
         self._records = registry()
+        self._started = False
+        # KIP-630: a snapshot after this many bytes of new records, or this long (0: never).
+        self.snapshot_bytes = snapshot_bytes
+        self.snapshot_interval_ms = snapshot_interval_ms
+        self._snapshot_task: asyncio.Task[None] | None = None
+        # KIP-590: where a node that does not lead the quorum sends the changes it makes for
+        # itself (server/forwarding.py's ForwardingManager; None: a quorum of this node).
+        self.forwarder: Any = None
+        self._bytes_at_snapshot = 0
+        self._last_snapshot_ms = time.monotonic() * 1000
 
     # -- start-up ----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Replay the whole metadata log into the image (blocking; called before serving)."""
-        image = MetadataImage()
-        batch: list[tuple[str, Any]] = []
-        first_offset = 0
-        for offset, name, record in replay(self.log):
-            if not batch:
-                first_offset = offset
-            elif offset != first_offset + len(batch):  # a gap (compacted away): apply so far
-                image = image.apply_all(first_offset, batch)
-                batch, first_offset = [], offset
-            batch.append((name, record))
-        if batch:
-            image = image.apply_all(first_offset, batch)
-        self.image = image
-        log.info("replayed __cluster_metadata up to offset %d: %d topics",
-                 image.offset, len(image.topics_by_name))
+        """Load the latest snapshot into the image (blocking; before `start`). Committed
+        records after it are applied as the quorum learns they are committed."""
+        snapshot = self.raft.log.latest_snapshot_id()
+        if snapshot is not None:
+            self.image = read_snapshot_image(self.raft.log.snapshot_path(snapshot))
+        log.info("loaded __cluster_metadata snapshot up to offset %d: %d topics",
+                 self.image.offset, len(self.image.topics_by_name))
+
+    async def start(self) -> None:
+        """Join the quorum and wait until this node has applied what is committed."""
+        if self._started:
+            return
+        self._started = True
+        self.raft.start(self.image.offset + 1)
+        await self.raft.wait_caught_up()
+        log.info("caught up with __cluster_metadata at offset %d (leader %d, epoch %d)",
+                 self.image.offset, self.raft.leader_id, self.raft.epoch)
+
+    async def stop(self) -> None:
+        if self._started:
+            await self.raft.stop()
 
     async def bootstrap(self, records: list[Any] | None = None) -> None:
-        """On a fresh log, commit the bootstrap metadata `storage format` wrote
-        (bootstrap.checkpoint: metadata.version and features), else the latest metadata.version."""
-        if self.image.offset >= 0:
+        """On a fresh cluster, commit the bootstrap metadata `storage format` wrote
+        (bootstrap.checkpoint: metadata.version and features), else the latest metadata.version.
+        Only the active controller writes it, once."""
+        await self.start()
+        if METADATA_VERSION_FEATURE in self.image.features or not self.raft.is_leader:
             return
         if not records:
             records = [self._record("FeatureLevelRecord", name=METADATA_VERSION_FEATURE,
                                     feature_level=METADATA_VERSION_LEVEL)]
         async with self._lock:
-            await self._commit(list(records))
+            if METADATA_VERSION_FEATURE not in self.image.features:
+                await self._commit(list(records))
+
+    # -- the replicated state machine (RaftManager calls these) ---------------------------
+
+    def apply_committed(self, first_offset: int, end_offset: int) -> None:
+        """Apply committed records [first_offset, end_offset) to the image, then tell the
+        listeners. Raft's control records (LeaderChange) take offsets but change nothing."""
+        old = image = self.image
+        records = [(name, record) for _, name, record in
+                   replay(self.log, first_offset, end_offset)]
+        if records:  # one delta for all of them: each part of the image is copied once
+            image = image.apply_all(first_offset, records)
+        image = replace(image, offset=end_offset - 1)
+        self.log.high_watermark = end_offset
+        self._publish(old, image)
+        self._maybe_snapshot()
+
+    def _maybe_snapshot(self) -> None:
+        """Write a snapshot of the image once enough records arrived since the last one
+        (metadata.log.max.record.bytes.between.snapshots / .max.snapshot.interval.ms), off the
+        loop; then the log may start at it."""
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return
+        grown = self.log.size_bytes - self._bytes_at_snapshot
+        age_ms = time.monotonic() * 1000 - self._last_snapshot_ms
+        if grown <= 0 or (grown < self.snapshot_bytes and not (
+                self.snapshot_interval_ms and age_ms >= self.snapshot_interval_ms)):
+            return
+        image = self.image
+        end_offset = image.offset + 1
+        latest = self.raft.log.latest_snapshot_id()
+        if end_offset <= 0 or (latest is not None and latest.offset >= end_offset):
+            return
+        epoch = self.log.leader_epoch_cache.epoch_for_offset(image.offset)
+        if epoch < 0:
+            return  # the entry is before the log start: the latest snapshot already has it
+        snapshot_id = OffsetAndEpoch(epoch, end_offset)
+        self._bytes_at_snapshot = self.log.size_bytes
+        self._last_snapshot_ms = time.monotonic() * 1000
+        self._snapshot_task = asyncio.ensure_future(self._write_snapshot(image, snapshot_id))
+
+    async def _write_snapshot(self, image: MetadataImage, snapshot_id: OffsetAndEpoch) -> None:
+        try:
+            await self.run_blocking(lambda: write_snapshot(
+                self.raft.log.dir, snapshot_id.offset, snapshot_id.epoch, image,
+                int(time.time() * 1000)))
+        except OSError as exc:
+            log.error("could not write the metadata snapshot %s: %s", snapshot_id, exc)
+            return
+        self.raft.log.add_snapshot(snapshot_id)
+        self.raft.log.delete_before_snapshot()
+        self._bytes_at_snapshot = self.log.size_bytes
+        log.info("wrote metadata snapshot at offset %d (epoch %d)", snapshot_id.offset,
+                 snapshot_id.epoch)
+
+    def load_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
+        """The leader sent a snapshot: it replaces the image."""
+        image = read_snapshot_image(self.raft.log.snapshot_path(snapshot_id))
+        self._publish(self.image, image)
+
+    def _publish(self, old: MetadataImage, image: MetadataImage) -> None:
+        self.image = image
+        for listener in self.listeners:
+            try:
+                listener(old, image)
+            except Exception:  # committed is committed: one listener's bug must not undo it
+                log.exception("metadata listener %r failed at offset %d", listener, image.offset)
 
     # -- topics ------------------------------------------------------------------------------
+
+    @property
+    def live_brokers(self) -> set[int]:
+        """Unfenced registered brokers: where partitions are placed and led. A combined node no
+        broker has registered with yet (tools, unit tests) places on its own node."""
+        if not self.image.brokers:
+            return {self.node_id} if self.is_broker else set()
+        return {b.broker_id for b in self.image.live_brokers()
+                if not b.in_controlled_shutdown}
+
+    def _forwards(self) -> bool:
+        """Whether a change asked of this node must go to the active controller."""
+        return self.forwarder is not None and not self.raft.is_leader
 
     async def create_topics(self, creations: list[TopicCreation], validate_only: bool,
                             mutation_quota: MutationQuota | None = None
                             ) -> list[TopicCreationResult]:
+        if self._forwards() and not validate_only:
+            forwarded: list[TopicCreationResult] = await self.forwarder.create_topics(creations)
+            return forwarded
         async with self._lock:
             results: list[TopicCreationResult] = []
             records: list[Any] = []
@@ -249,6 +393,11 @@ class QuorumController:
             if factor <= 0:
                 raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                  "Replication factor must be larger than 0.")
+            if factor > 1:
+                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                 f"Replication factor {factor} is not served yet: partitions "
+                                 "have one replica until replication (issue 14) lands, since "
+                                 "followers that copy nothing would lose data on failover.")
             if factor > len(self.live_brokers):
                 raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                  f"Unable to replicate the partition {factor} time(s): The "
@@ -400,6 +549,10 @@ class QuorumController:
 
         `replace_all` (AlterConfigs) makes `changes` the resource's whole set of overrides.
         """
+        if self._forwards() and rtype == TOPIC_RESOURCE and not replace_all:
+            await self.forwarder.alter_topic_configs(
+                rname, [(c.name, c.op, c.value) for c in changes])
+            return
         async with self._lock:
             records = self._config_records(rtype, rname, changes, replace_all)
             if records and not validate_only:
@@ -483,6 +636,69 @@ class QuorumController:
                     remove=c.value is None) for c in changes])
             return results
 
+    # -- brokers (BrokerRegistration 62, BrokerHeartbeat 63) ---------------------------------
+
+    def _heartbeat_clock(self) -> BrokerHeartbeats:
+        """The heartbeat clocks, restarted whenever this node starts a new term as leader."""
+        if self._heartbeats_epoch != self.raft.epoch:
+            self._heartbeats_epoch = self.raft.epoch
+            self.heartbeats.reset(list(self.image.brokers), time.monotonic() * 1000)
+        return self.heartbeats
+
+    async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID,
+                              listeners: list[BrokerListener], rack: str | None,
+                              log_dirs: list[uuid.UUID]) -> int:
+        """Register (or re-register) a broker, fenced; returns its broker epoch (the offset of
+        its registration record, as Kafka's)."""
+        async with self._lock:
+            heartbeats = self._heartbeat_clock()
+            now_ms = time.monotonic() * 1000
+            alive = heartbeats.alive(self.image, broker_id, now_ms)
+            broker_epoch = self.raft.log.log_end_offset
+            records = registration_records(self.image, broker_id, incarnation_id, broker_epoch,
+                                           listeners, rack, log_dirs, alive)
+            await self._commit(records)
+            heartbeats.touch(broker_id, time.monotonic() * 1000)
+            log.info("broker %d registered (epoch %d)", broker_id, broker_epoch)
+            return broker_epoch
+
+    async def broker_heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int,
+                               want_fence: bool, want_shutdown: bool) -> HeartbeatAnswer:
+        """Keep a broker's session; unfence it once it has caught up, run its controlled
+        shutdown when it asks (leaderships move first, then it may stop)."""
+        async with self._lock:
+            self._heartbeat_clock().touch(broker_id, time.monotonic() * 1000)
+            known = check_broker_epoch(self.image, broker_id, broker_epoch)
+            caught_up = metadata_offset >= known.broker_epoch
+            if want_shutdown:
+                if not known.fenced:
+                    records = controlled_shutdown_records(self.image, broker_id)
+                    if records:
+                        await self._commit(records)
+                    if not leads_anything(self.image, broker_id):
+                        await self._commit(fence_records(self.image, broker_id))
+                        log.info("broker %d finished its controlled shutdown", broker_id)
+                known = self.image.brokers[broker_id]
+                return HeartbeatAnswer(caught_up, known.fenced, known.fenced)
+            if known.fenced and caught_up and not want_fence:
+                await self._commit(unfence_records(self.image, broker_id))
+                log.info("broker %d unfenced", broker_id)
+            elif not known.fenced and want_fence:
+                await self._commit(fence_records(self.image, broker_id))
+            return HeartbeatAnswer(caught_up, self.image.brokers[broker_id].fenced, False)
+
+    async def fence_expired_brokers(self) -> None:
+        """Fence every broker whose session timed out (broker.session.timeout.ms); run by the
+        active controller on a timer."""
+        if not self.raft.is_leader:
+            return
+        async with self._lock:
+            expired = self._heartbeat_clock().expired(self.image, time.monotonic() * 1000)
+            for broker_id in expired:
+                log.warning("fencing broker %d: no heartbeat for %d ms", broker_id,
+                            self.heartbeats.session_timeout_ms)
+                await self._commit(fence_records(self.image, broker_id))
+
     # -- producer ids ------------------------------------------------------------------------
 
     async def allocate_producer_ids(self, count: int) -> int:
@@ -493,6 +709,9 @@ class QuorumController:
         """
         if count <= 0:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"cannot allocate {count} producer ids")
+        if self._forwards():  # the controller hands out blocks of its own size (1000)
+            first: int = await self.forwarder.allocate_producer_ids()
+            return first
         async with self._lock:
             first = self.image.next_producer_id
             if first > MAX_PRODUCER_ID - count:
@@ -522,27 +741,15 @@ class QuorumController:
         return self._records[record_type].cls(**fields)
 
     async def _commit(self, records: list[Any]) -> None:
-        """Append atomically, flush (off the loop), then replay into a new image.
-
-        If the append or the flush fails, the records are cut off the log again and the image is
-        untouched: a change is either committed and applied, or neither.
-        """
-        batch = build_metadata_batch(records)
-        first_offset = self.log.log_end_offset
+        """Append the records as one batch through the quorum and wait until they are
+        committed and applied to the image; NOT_CONTROLLER when this node does not lead the
+        quorum (or stops leading it before they commit), KAFKA_STORAGE_ERROR when the
+        metadata log cannot be written."""
+        await self.start()
         try:
-            self.log.append_as_leader(batch, leader_epoch=LOCAL_LEADER_EPOCH)
-            await self.run_blocking(self.log.flush)
+            end_offset = self.raft.append(records)
         except OSError as exc:
-            log.error("could not commit %d metadata record(s): %s", len(records), exc)
-            self.log.truncate_to(first_offset)
+            log.error("could not append %d metadata record(s): %s", len(records), exc)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
                              f"the metadata log could not be written: {exc}") from exc
-        self.log.high_watermark = self.log.log_end_offset
-        old = self.image
-        image = old.apply_all(first_offset, [(type(r).__name__, r) for r in records])
-        self.image = image
-        for listener in self.listeners:
-            try:
-                listener(old, image)
-            except Exception:  # committed is committed: one listener's bug must not undo it
-                log.exception("metadata listener %r failed at offset %d", listener, image.offset)
+        await self.raft.wait_applied(end_offset)

@@ -1,17 +1,21 @@
 """What DescribeQuorum (55) reports about the `__cluster_metadata` quorum: Kafka's QuorumInfo.
 
-`QuorumStatus` is a snapshot the controller exposes through a `QuorumStatusSource`. Today the
-source is `LocalQuorum`: one combined node that is its own quorum, the leader of every epoch
-of its log. The Raft core (issue 13) feeds the same object from its leader state later, so the
-DescribeQuorum handler and `kafka-ext metadata-quorum` do not change.
+`QuorumStatus` is a snapshot the controller exposes through a `QuorumStatusSource`:
+`RaftQuorumStatus` reads it from the node's RaftManager (the leader's view of every replica,
+as Kafka's LeaderState reports it). `LocalQuorum` describes a node that is its own quorum
+without one (tools and tests).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from kafka_ext.raft.raft_manager import RaftManager
 
 ZERO_UUID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: no directory id
 # The epoch the single-node controller appends its metadata batches at (no election yet).
@@ -80,3 +84,44 @@ class LocalQuorum:
                                now_ms, now_ms)
         return QuorumStatus(self.node_id, LOCAL_LEADER_EPOCH, self._high_watermark(), (leader,),
                             (), self._endpoints())
+
+
+class RaftQuorumStatus:
+    """The quorum as this node's Raft core sees it. On the leader every voter and observer
+    has its fetch position and times; elsewhere only the leader and epoch are known, and
+    the node reports itself."""
+
+    __slots__ = ("raft", "directory_id", "_endpoints")
+
+    def __init__(self, raft: RaftManager, directory_id: uuid.UUID,
+                 endpoints: Callable[[], tuple[VoterEndpoint, ...]]) -> None:
+        self.raft = raft
+        self.directory_id = directory_id
+        self._endpoints = endpoints
+
+    def status(self, now_ms: int) -> QuorumStatus:
+        raft = self.raft
+        core = raft.core
+        # The core keeps monotonic milliseconds; DescribeQuorum reports wall-clock ones.
+        shift_ms = now_ms - int(time.monotonic() * 1000)
+
+        def wall(ms: int) -> int:
+            return ms + shift_ms if ms >= 0 else -1
+
+        if core is None or not raft.is_leader:
+            own = ReplicaStatus(raft.local.id, self.directory_id, raft.log.log_end_offset)
+            voters = tuple(ReplicaStatus(v.id, v.directory_id, -1) if v.id != raft.local.id
+                           else own for v in raft.voters)
+            return QuorumStatus(raft.leader_id, raft.epoch, raft.high_watermark, voters, (),
+                                self._endpoints())
+        # Kafka's leader reports itself as fetched and caught up now.
+        voters = tuple(ReplicaStatus(r.key.id, r.key.directory_id, r.end_offset,
+                                     now_ms, now_ms) if r.key.id == raft.local.id
+                       else ReplicaStatus(r.key.id, r.key.directory_id, r.end_offset,
+                                          wall(r.last_fetch_ms), wall(r.last_caught_up_ms))
+                       for r in core.replicas.values())
+        observers = tuple(ReplicaStatus(r.key.id, r.key.directory_id, r.end_offset,
+                                        wall(r.last_fetch_ms), wall(r.last_caught_up_ms))
+                          for r in core.observers.values())
+        return QuorumStatus(core.leader_id, core.epoch, core.high_watermark, voters, observers,
+                            self._endpoints())

@@ -60,7 +60,8 @@ def image_records(image: MetadataImage) -> list[Any]:
     no sequence of records this writes rebuilds it.
     """
     _check_topics(image)
-    return [*_feature_records(image), *_log_dir_records(image), *_topic_records(image),
+    return [*_feature_records(image), *_broker_records(image), *_log_dir_records(image),
+            *_topic_records(image),
             *_config_records(image), *_client_quota_records(image),
             *_producer_id_records(image)]
 
@@ -82,6 +83,21 @@ def _feature_records(image: MetadataImage) -> Iterator[Any]:
     # metadata.version first: Kafka reads it before any record whose meaning depends on it.
     for name in sorted(image.features, key=lambda n: (n != METADATA_VERSION_FEATURE, n)):
         yield _new("FeatureLevelRecord", name=name, feature_level=image.features[name])
+
+
+def _broker_records(image: MetadataImage) -> Iterator[Any]:
+    """Each registered broker as its RegisterBrokerRecord (fenced and shutting-down state
+    included); its log dirs follow in _log_dir_records."""
+    cls = registry()["RegisterBrokerRecord"].cls
+    for broker_id in sorted(image.brokers):
+        b = image.brokers[broker_id]
+        yield cls(broker_id=b.broker_id, incarnation_id=b.incarnation_id,
+                  broker_epoch=b.broker_epoch, rack=b.rack, fenced=b.fenced,
+                  in_controlled_shutdown=b.in_controlled_shutdown, features=[],
+                  end_points=[cls.BrokerEndpoint(name=e.listener_name, host=e.host,
+                                                 port=e.port,
+                                                 security_protocol=e.security_protocol)
+                              for e in b.endpoints], log_dirs=[])
 
 
 def _log_dir_records(image: MetadataImage) -> Iterator[Any]:
@@ -202,7 +218,10 @@ def decode_snapshot(data: bytes, *, partition_leader_epoch: int | None = None
         header, batch = decode_records(data, pos)  # a torn or lying batch raises here
         if partition_leader_epoch is None:
             partition_leader_epoch = header.partition_leader_epoch
-        if header.partition_leader_epoch != partition_leader_epoch:
+        # The voters checkpoint `storage format --standalone` wrote before snapshots carried
+        # their epoch has none (-1): still the snapshot its name says.
+        if header.partition_leader_epoch not in (partition_leader_epoch,
+                                                 NO_PARTITION_LEADER_EPOCH):
             raise DecodeError(f"batch at {pos} has partition leader epoch "
                               f"{header.partition_leader_epoch}, not {partition_leader_epoch}")
         for record in batch:

@@ -62,6 +62,7 @@ class ApiKey(IntEnum):
     END_QUORUM_EPOCH = 54
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
+    ENVELOPE = 58
     FETCH_SNAPSHOT = 59
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
@@ -115,6 +116,7 @@ _AUDIENCE: dict[int, Audience] = {
     ApiKey.END_QUORUM_EPOCH: Audience.NODE,
     ApiKey.ALTER_PARTITION: Audience.NODE,
     ApiKey.FETCH_SNAPSHOT: Audience.NODE,
+    ApiKey.ENVELOPE: Audience.NODE,
     ApiKey.BROKER_REGISTRATION: Audience.NODE,
     ApiKey.BROKER_HEARTBEAT: Audience.NODE,
     ApiKey.ALLOCATE_PRODUCER_IDS: Audience.NODE,

@@ -243,6 +243,10 @@ class RaftCore:
 
     def _reset_role_state(self) -> None:
         self._transitions += 1
+        for parked in self._parked:  # a leader's long-polls: answered, never left hanging
+            self._send(parked.source, FetchResponse(
+                parked.request.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER, self.epoch, -1,
+                self.high_watermark, self.log.log_start_offset))
         self._election_deadline = self._fetch_deadline = self._check_quorum_deadline = -1
         self._round = _ElectionRound()
         self._fetch_in_flight = None

@@ -157,6 +157,11 @@ class ReplicaManager:
             if (topic, partition) in self.storage_errors:
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
                                  self.storage_errors[(topic, partition)])
+            known = self._image.topics_by_name.get(topic)
+            if known is not None and partition in known.partitions:  # led by another broker
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                 f"{topic}-{partition} is led by broker "
+                                 f"{known.partitions[partition].leader}")
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"This server does not host this topic-partition: {topic}-{partition}")
         if not hosted.is_leader:

@@ -16,6 +16,7 @@ import resource
 import shutil
 import signal
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,21 +26,26 @@ from typing import Any, TypeVar
 from kafka_ext.controller.image import MetadataImage
 from kafka_ext.controller.metadata_log import METADATA_TOPIC, METADATA_TOPIC_ID
 from kafka_ext.controller.quorum_controller import QuorumController
-from kafka_ext.controller.quorum_status import ZERO_UUID, LocalQuorum, VoterEndpoint
+from kafka_ext.controller.quorum_status import ZERO_UUID, RaftQuorumStatus, VoterEndpoint
 from kafka_ext.coordinator.diskless import DisklessCoordinator
 from kafka_ext.coordinator.group.coordinator import GroupConfig, GroupCoordinator
 from kafka_ext.coordinator.internal_topics import check_internal_topics
 from kafka_ext.coordinator.txn.coordinator import TransactionCoordinator
 from kafka_ext.diskless.service import DisklessService
+from kafka_ext.network.node_client import NodeChannels
 from kafka_ext.network.server import SocketServer
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.messages import registry
+from kafka_ext.raft.core import RaftConfig
+from kafka_ext.raft.kafka_metadata_log import KafkaMetadataLog
+from kafka_ext.raft.messages import ReplicaKey
+from kafka_ext.raft.raft_manager import RaftManager
 from kafka_ext.replication.replica_manager import ReplicaManager
 from kafka_ext.server import (
     admin,
     api_versions,
     diskless,
-    fetch,
+    forwarding,
     groups,
     list_offsets,
     log_dirs,
@@ -51,6 +57,11 @@ from kafka_ext.server import (
     txn,
 )
 from kafka_ext.server.auto_topic_creation import AutoTopicCreationManager
+from kafka_ext.server.broker_lifecycle import (
+    BrokerLifecycleManager,
+    handle_broker_heartbeat,
+    handle_broker_registration,
+)
 from kafka_ext.server.client_quota_manager import QuotaManagers
 from kafka_ext.server.config import (
     BrokerConfig,
@@ -113,10 +124,13 @@ class Broker:
         # Client quotas (docs/quotas.md): kept in line with the metadata image.
         self.quotas = QuotaManagers(config.values)
         self.dispatcher = RequestDispatcher(self)
+        self.forwarding = forwarding.ForwardingManager(self)
+        self.lifecycle = BrokerLifecycleManager(self)
         self.socket_server = SocketServer(self.dispatcher.handle_frame,
                                           config.socket_request_max_bytes,
                                           config.connections_max_idle_ms)
         self.controller: QuorumController = None  # type: ignore[assignment]  # set in start()
+        self.node_channels = NodeChannels(lambda _: None, f"kafka-ext-node-{config.node_id}")
         self.txn_coordinator = TransactionCoordinator(self)
         self.group_coordinator = GroupCoordinator(self, GroupConfig.from_broker_config(config))
         self.auto_topic_creation = AutoTopicCreationManager(self)
@@ -137,7 +151,6 @@ class Broker:
             ApiKey.API_VERSIONS: api_versions.handle_api_versions,
             ApiKey.METADATA: metadata.handle_metadata,
             ApiKey.PRODUCE: produce.handle_produce,
-            ApiKey.FETCH: fetch.handle_fetch,
             ApiKey.LIST_OFFSETS: list_offsets.handle_list_offsets,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: list_offsets.handle_offset_for_leader_epoch,
             ApiKey.CREATE_TOPICS: admin.handle_create_topics,
@@ -149,6 +162,13 @@ class Broker:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
             ApiKey.DESCRIBE_CLUSTER: admin.handle_describe_cluster,
             ApiKey.DESCRIBE_QUORUM: quorum.handle_describe_quorum,
+            # KRaft (KIP-595): the metadata quorum's own requests, and replica fetches of
+            # __cluster_metadata, go to this node's RaftManager.
+            ApiKey.FETCH: quorum.handle_fetch,
+            ApiKey.VOTE: quorum.handle_raft_request,
+            ApiKey.BEGIN_QUORUM_EPOCH: quorum.handle_raft_request,
+            ApiKey.END_QUORUM_EPOCH: quorum.handle_raft_request,
+            ApiKey.FETCH_SNAPSHOT: quorum.handle_raft_request,
             ApiKey.DESCRIBE_CLIENT_QUOTAS: quotas.handle_describe_client_quotas,
             ApiKey.ALTER_CLIENT_QUOTAS: quotas.handle_alter_client_quotas,
             ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
@@ -177,7 +197,13 @@ class Broker:
             ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
             **diskless.HANDLERS,  # KIP-1164 coordinator APIs 93-98, 100
         }
+        handlers[ApiKey.ENVELOPE] = forwarding.handle_envelope
+        handlers[ApiKey.BROKER_REGISTRATION] = handle_broker_registration
+        handlers[ApiKey.BROKER_HEARTBEAT] = handle_broker_heartbeat
+        handlers[ApiKey.ALLOCATE_PRODUCER_IDS] = forwarding.handle_allocate_producer_ids
         for key, handler in handlers.items():
+            if key in forwarding.FORWARDED_APIS:
+                handler = forwarding.forwardable(handler)
             self.dispatcher.register(key, handler)
 
     # -- helpers for handlers ----------------------------------------------------------------
@@ -203,9 +229,19 @@ class Broker:
         self._executor.submit(remove)
 
     def live_nodes(self) -> list[Node]:
-        listener = self.config.advertised_listeners[0]
-        port = self.bound_ports[0] if self.bound_ports and listener.port == 0 else listener.port
-        return [Node(self.node_id, listener.host or "localhost", port, self.config.broker_rack)]
+        """The unfenced brokers, as clients reach them on this broker's client listener
+        (Kafka answers with the endpoints of the listener the request came in on)."""
+        listener = self.lifecycle.listeners()[0]
+        image = self.controller.image if self.controller is not None else MetadataImage()
+        nodes = []
+        for registration in image.live_brokers():
+            endpoint = registration.endpoint(listener.name)
+            if endpoint is not None:
+                nodes.append(Node(registration.broker_id, endpoint.host, endpoint.port,
+                                  registration.rack))
+        if not nodes:  # not registered yet: this node alone
+            nodes = [Node(self.node_id, listener.host, listener.port, self.config.broker_rack)]
+        return nodes
 
     def log_config_for(self, topic: str, image: MetadataImage | None = None) -> LogConfig:
         """The effective LogConfig of a topic: broker defaults overlaid with topic overrides.
@@ -238,7 +274,21 @@ class Broker:
         tune_garbage_collector()
         await self.run_blocking(self.log_manager.load)
         await self.run_blocking(self.replica_mover.recover)  # `.move` dirs left by a crash
+        # The controller listeners open first: the quorum forms over them before this node
+        # has caught up with it (Kafka's ControllerServer starts before its BrokerServer);
+        # so do listeners on port 0, whose bound port the broker registers.
+        bound: dict[str, int] = {}
+        for listener in self.config.listeners:
+            if listener.name in self.config.controller_listener_names or listener.port == 0:
+                bound[listener.name] = await self.socket_server.listen(listener.host,
+                                                                       listener.port)
+        self.bound_ports = [bound.get(listener.name, 0) for listener in self.config.listeners]
         await self._start_controller()
+        if not self.config.is_broker:
+            await self._start_controller_only()
+            return
+        # Registered, then unfenced once caught up: only then does this broker lead anything.
+        await self.lifecycle.start()
         self.log_dir_failures.mark_unlocatable_partitions(self.controller.image)
         self.replica_manager.apply_image(None, self.controller.image)
         self._delete_stray_logs()
@@ -253,7 +303,10 @@ class Broker:
         await self.diskless.start()
         await log_dirs.start_jbod(self)
         for listener in self.config.listeners:
-            self.bound_ports.append(await self.socket_server.listen(listener.host, listener.port))
+            if listener.name not in bound:
+                bound[listener.name] = await self.socket_server.listen(listener.host,
+                                                                       listener.port)
+        self.bound_ports = [bound[listener.name] for listener in self.config.listeners]
         loop = asyncio.get_running_loop()
         config = self.config
         self._tasks += [
@@ -268,35 +321,85 @@ class Broker:
                 int(str(config.values["producer.id.expiration.check.interval.ms"])) / 1000,
                 self._expire_producer_ids)),
         ]
+        self._tasks.append(loop.create_task(self._every(
+            int(str(config.values["broker.session.timeout.ms"])) / 2000,
+            self.controller.fence_expired_brokers)))
         if self.log_cleaner.config.enable:
             self._tasks.append(loop.create_task(self._every(
                 max(self.log_cleaner.config.backoff_ms, 10) / 1000, self.log_cleaner.run_once)))
         log.info("kafka-ext broker %d started (cluster %s) on ports %s",
                  self.node_id, self.cluster_id, self.bound_ports)
 
+    async def _start_controller_only(self) -> None:
+        """`process.roles=controller`: a quorum voter and, when it leads, the active
+        controller; it hosts no partitions and serves no clients (Kafka's ControllerServer)."""
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._every(
+            int(str(self.config.values["broker.session.timeout.ms"])) / 2000,
+            self.controller.fence_expired_brokers)))
+        log.info("kafka-ext controller %d started (cluster %s) on ports %s",
+                 self.node_id, self.cluster_id, [p for p in self.bound_ports if p])
+
     async def _start_controller(self) -> None:
-        """Open `__cluster_metadata` in metadata.log.dir, replay it, and on a fresh log commit
-        what `storage format` put in bootstrap.checkpoint; DescribeQuorum reads `quorum`."""
+        """Open `__cluster_metadata` in metadata.log.dir, load its snapshot, join the metadata
+        quorum and catch up with it; on a fresh cluster the first active controller commits
+        what `storage format` put in bootstrap.checkpoint. DescribeQuorum reads `quorum`."""
         metadata_dir = self.config.metadata_log_dir.resolve()
         metadata_log = self.log_manager.get_log(METADATA_TOPIC, 0)
         if metadata_log is None:
             self.log_manager.preferred_dirs[(METADATA_TOPIC, 0)] = metadata_dir
             metadata_log = self.log_manager.create_log(METADATA_TOPIC, 0, METADATA_TOPIC_ID,
                                                        LogConfig())
+        directory_id = ZERO_UUID  # a static quorum's voters carry no directory id (KIP-853)
+        if metadata_dir in self.log_manager.online_dirs():
+            directory_id = self.log_manager.directory_id(metadata_dir)
+        config = self.config
         self.controller = QuorumController(
-            self.node_id, metadata_log, default_partitions=self.config.num_partitions,
-            default_replication_factor=self.config.default_replication_factor,
+            self.node_id, metadata_log, default_partitions=config.num_partitions,
+            default_replication_factor=config.default_replication_factor,
             validate_topic_config=self.normalise_topic_config, run_blocking=self.run_blocking,
-            diskless_coordinators=self.config.diskless_metadata_topic_num_partitions)
+            diskless_coordinators=config.diskless_metadata_topic_num_partitions,
+            raft=self._raft_manager(metadata_log, directory_id),
+            snapshot_bytes=int(str(config.values[
+                "metadata.log.max.record.bytes.between.snapshots"])),
+            snapshot_interval_ms=int(str(config.values["metadata.log.max.snapshot.interval.ms"])),
+            broker_session_timeout_ms=int(str(config.values["broker.session.timeout.ms"])),
+            is_broker=config.is_broker)
+        if self.controller.raft.voters != [ReplicaKey(self.node_id)]:
+            self.controller.forwarder = self.forwarding  # several nodes: changes may forward
+        self.controller.quorum = RaftQuorumStatus(
+            self.controller.raft, directory_id if self.bootstrap_voters is not None else ZERO_UUID,
+            self._voter_endpoints)
         await self.run_blocking(self.controller.load)
         bootstrap = await self.run_blocking(lambda: read_bootstrap_records(metadata_dir))
-        await self.controller.bootstrap(bootstrap)
-        directory_id = ZERO_UUID  # a static quorum's voters carry no directory id (KIP-853)
-        if self.bootstrap_voters is not None and metadata_dir in self.log_manager.online_dirs():
-            directory_id = self.log_manager.directory_id(metadata_dir)
-        self.controller.quorum = LocalQuorum(
-            self.node_id, directory_id, lambda: int(metadata_log.log_end_offset),
-            lambda: int(metadata_log.high_watermark), self._voter_endpoints)
+        await self.controller.bootstrap(bootstrap)  # joins the quorum and catches up first
+
+    def _raft_manager(self, metadata_log: UnifiedLog, directory_id: uuid.UUID) -> RaftManager:
+        """This node's member of the metadata quorum: a voter when controller.quorum.voters
+        (or the KIP-853 voters it was formatted with) name it, an observer otherwise."""
+        config = self.config
+        local = ReplicaKey(self.node_id, directory_id)
+        if config.controller_quorum_voters:
+            voters = [ReplicaKey(v.node_id) for v in config.controller_quorum_voters]
+            endpoints = {v.node_id: (v.host, v.port) for v in config.controller_quorum_voters}
+        elif self.bootstrap_voters is not None:
+            voters = [ReplicaKey(v.node_id, v.directory_id) for v in self.bootstrap_voters]
+            endpoints = {v.node_id: (v.host, v.port) for v in self.bootstrap_voters}
+        else:  # the embedded default: a quorum of itself
+            voters, endpoints = [ReplicaKey(self.node_id)], {}
+        values = config.values
+        raft_config = RaftConfig(
+            election_timeout_ms=int(str(values["controller.quorum.election.timeout.ms"])),
+            fetch_timeout_ms=int(str(values["controller.quorum.fetch.timeout.ms"])),
+            election_backoff_max_ms=int(str(values["controller.quorum.election.backoff.max.ms"])),
+            request_timeout_ms=int(str(values["controller.quorum.request.timeout.ms"])))
+        # Raft traffic has connections of its own: a long-polling fetch must never wait
+        # behind a forwarded request that waits for that very fetch (Kafka's RaftManager
+        # has its own NetworkClient too).
+        self.node_channels = NodeChannels(endpoints.get, f"kafka-ext-node-{self.node_id}")
+        raft_channels = NodeChannels(endpoints.get, f"kafka-ext-raft-{self.node_id}")
+        return RaftManager(local, voters, KafkaMetadataLog(metadata_log), metadata_log.dir,
+                           self.cluster_id, raft_channels, self.run_blocking, raft_config)
 
     def _voter_endpoints(self) -> tuple[VoterEndpoint, ...]:
         """Where this voter is reached: its controller listeners, or (the embedded default,
@@ -322,6 +425,11 @@ class Broker:
                 self._remove_dir_later(self.log_manager.detach_log(topic, partition))
 
     async def stop(self) -> None:
+        if not self.config.is_broker:
+            await self._stop_controller_only()
+            return
+        if self.controller is not None:
+            await self.lifecycle.controlled_shutdown()  # our leaderships move first
         for task in self._tasks:
             task.cancel()
         await self.socket_server.close()
@@ -331,11 +439,25 @@ class Broker:
         await self.diskless_coordinator.stop()
         await self.txn_coordinator.stop()
         await self.group_coordinator.stop()
+        await self.controller.stop()
+        await self.node_channels.close()
         await self.replica_mover.close()
         await self.run_blocking(self.log_manager.close)
         self._executor.shutdown(wait=True)
         self._stopped.set()
         log.info("kafka-ext broker %d stopped", self.node_id)
+
+    async def _stop_controller_only(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await self.socket_server.close()
+        if self.controller is not None:
+            await self.controller.stop()  # resigns if it leads: the others elect at once
+        await self.node_channels.close()
+        await self.run_blocking(self.log_manager.close)
+        self._executor.shutdown(wait=True)
+        self._stopped.set()
+        log.info("kafka-ext controller %d stopped", self.node_id)
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()

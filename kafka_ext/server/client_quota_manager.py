@@ -467,7 +467,8 @@ def throttle_response(ctx: RequestContext, response: Any, timer: HandlerTimer | 
     ctx.throttle_time_ms = throttle
     if response is not None and hasattr(response, "throttle_time_ms"):
         response.throttle_time_ms = throttle
-    ctx.connection.throttle(throttle)
+    if not ctx.forwarded:  # a forwarding broker mutes its client, not the nodes' link
+        ctx.connection.throttle(throttle)
 
 
 def client_of(ctx: RequestContext) -> tuple[str, str]:

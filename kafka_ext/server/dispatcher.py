@@ -60,6 +60,9 @@ class RequestContext:
     # sets it in the response and mutes the connection for it, KIP-219).
     size_bytes: int = 0
     throttle_time_ms: int = 0
+    # KIP-590: a request another broker forwarded in an Envelope (answered here, never
+    # forwarded again; its throttle goes back in the answer, not onto the node's connection).
+    forwarded: bool = False
 
     @property
     def client_id(self) -> str | None:
@@ -67,6 +70,14 @@ class RequestContext:
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+class _ForwardedError(Exception):
+    """A forwarded request failed as a whole (NOT_CONTROLLER): the Envelope carries it."""
+
+    def __init__(self, error: KafkaError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class RequestDispatcher:
@@ -82,11 +93,27 @@ class RequestDispatcher:
 
     async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview
                            ) -> list[Any] | None:
+        return await self._dispatch(conn, frame, forwarded=False)
+
+    async def handle_forwarded(self, conn: KafkaConnection, frame: bytes | memoryview
+                               ) -> list[Any] | None:
+        """A request another node forwarded in an Envelope (that node passed the audience
+        check); the answer frame, or None when the request could not be decoded."""
+        try:
+            return await self._dispatch(conn, frame, forwarded=True)
+        except CloseConnection as exc:
+            log.warning("forwarded request refused: %s", exc)
+            return None
+        except _ForwardedError as exc:
+            raise exc.error from None
+
+    async def _dispatch(self, conn: KafkaConnection, frame: bytes | memoryview,
+                        forwarded: bool) -> list[Any] | None:
         try:
             api_key, api_version, correlation_id = peek_request_prefix(frame)
         except DecodeError as exc:
             raise CloseConnection(str(exc)) from None
-        if audience(api_key) > peer_audience_of(conn):
+        if not forwarded and audience(api_key) > peer_audience_of(conn):
             if is_share_group_key(api_key):
                 return answer_share_group_request(frame, api_key, api_version, correlation_id)
             raise CloseConnection(f"API key {api_key} is not served to this client")
@@ -107,7 +134,8 @@ class RequestDispatcher:
             log.debug("malformed frame from %s: %s", conn.peer, frame[:256].hex())
             raise CloseConnection(f"malformed {request_type.name} v{api_version}: "
                                   f"{exc.message}") from None
-        ctx = RequestContext(header, api_version, self.broker, conn, len(frame))
+        ctx = RequestContext(header, api_version, self.broker, conn, len(frame),
+                             forwarded=forwarded)
         timer = None
         try:
             if self.broker.quotas.request.enabled and api_key not in REQUEST_QUOTA_EXEMPT:
@@ -118,6 +146,8 @@ class RequestDispatcher:
         except CloseConnection:
             raise
         except KafkaError as exc:
+            if forwarded and exc.code == ErrorCode.NOT_CONTROLLER:
+                raise _ForwardedError(exc) from None  # the Envelope says so; the sender retries
             response = self._error_response(api_key, api_version, exc.code)
             if response is None:
                 raise CloseConnection(f"{request_type.name} failed: {exc}") from None

@@ -3,9 +3,10 @@ quorum shapes this build can serve (Kafka's KafkaRaftServer.initializeLogDirs).
 
 A node that is its own quorum (`BrokerConfig.is_self_quorum`: the embedded default, or a
 combined node whose controller.quorum.voters names only itself) formats its metadata log dir on
-first start. Every other node must have been formatted with `kafka-ext storage format`; after
-that, a combined node formatted `--standalone` (a KIP-853 quorum of itself) serves too. Any
-other shape is a multi-node quorum, refused until the Raft core lands (issue 13).
+first start. Every other node must have been formatted with `kafka-ext storage format`. A
+static quorum (controller.quorum.voters) of any size is served, and a KIP-853 quorum of one
+node (--standalone); a dynamic quorum of several controllers is refused until voter changes
+(AddVoter/RemoveVoter) are served.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from kafka_ext.storage.formatter import (
     read_bootstrap_voters,
 )
 
-MULTI_NODE_REFUSAL = "multi-node quorum is not served yet (issue 13 in progress)"
+DYNAMIC_QUORUM_REFUSAL = ("a dynamic quorum of several controllers (KIP-853 "
+                          "controller.quorum.bootstrap.servers) is not served yet")
 
 
 def storage_layout(config: BrokerConfig) -> StorageLayout:
@@ -68,21 +70,21 @@ def prepare_storage(config: BrokerConfig) -> tuple[str, list[DynamicVoter] | Non
 
 
 def check_servable_quorum(config: BrokerConfig, voters: Sequence[DynamicVoter] | None) -> None:
-    """Refuse, clearly, a node that would need other nodes to form its quorum."""
-    if config.is_self_quorum:
+    """Refuse, clearly, a quorum this build cannot form: a static quorum
+    (controller.quorum.voters) of any size is served, and a KIP-853 quorum of this node alone
+    (formatted --standalone); a dynamic quorum of several nodes needs AddVoter/RemoveVoter."""
+    if config.is_self_quorum or config.controller_quorum_voters:
         return
-    if (config.is_broker and config.is_controller and not config.controller_quorum_voters
-            and voters is not None and [v.node_id for v in voters] == [config.node_id]):
+    if (config.is_broker and config.is_controller and voters is not None
+            and [v.node_id for v in voters] == [config.node_id]):
         return  # formatted --standalone: a KIP-853 quorum of this node alone
     roles = ",".join(config.process_roles)
-    quorum = (",".join(f"{v.node_id}@{v.host}:{v.port}" for v in config.controller_quorum_voters)
-              or ",".join(f"{v.node_id}@{v.host}:{v.port}" for v in voters or ())
+    quorum = (",".join(f"{v.node_id}@{v.host}:{v.port}" for v in voters or ())
               or ",".join(f"{h}:{p}" for h, p in config.controller_quorum_bootstrap_servers))
     raise ConfigError(
-        f"{MULTI_NODE_REFUSAL}: node {config.node_id} with process.roles={roles} and quorum "
-        f"{quorum} needs other nodes; this build serves only a single node with "
-        "process.roles=broker,controller that votes for itself (controller.quorum.voters empty "
-        "or naming only this node, or formatted with --standalone)", "process.roles", roles)
+        f"{DYNAMIC_QUORUM_REFUSAL}: node {config.node_id} with process.roles={roles} and quorum "
+        f"{quorum}; list the controllers in controller.quorum.voters (id@host:port,...) instead",
+        "controller.quorum.bootstrap.servers", quorum)
 
 
 def _format_metadata_dir_if_new(layout: StorageLayout, cluster_id: str) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from kafka_ext.controller.image import BROKER_RESOURCE
 from kafka_ext.controller.metadata_log import METADATA_TOPIC
-from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.dispatcher import RequestContext
 
@@ -121,8 +121,9 @@ def throttled_rate(broker: Any) -> Callable[[], int]:
 
 async def start_jbod(broker: Any) -> None:
     """After the partitions are hosted: resume interrupted moves, remove `-delete` dirs left
-    from before, record the online dirs in the metadata, then probe them and measure their
-    free space (for most-free-bytes placement) from now on."""
+    from before, then probe the dirs and measure their free space (for most-free-bytes
+    placement) from now on. The online dirs reached the metadata with the broker's
+    registration (server/broker_lifecycle.py)."""
     failures = broker.log_dir_failures
     broker.controller.listeners.append(failures.on_image)
     failures.start()
@@ -130,11 +131,6 @@ async def start_jbod(broker: Any) -> None:
     pending, broker.log_manager.pending_deletions = broker.log_manager.pending_deletions, []
     for path in pending:
         broker._remove_dir_later(path)
-    try:
-        await broker.controller.update_broker_log_dirs(broker.node_id,
-                                                       failures.online_directory_ids())
-    except KafkaError as exc:
-        logger.error("could not record the online log dirs in the metadata: %s", exc)
     interval_s = int(broker.config.values["log.dir.failure.check.interval.ms"]) / 1000
     loop = asyncio.get_running_loop()
     broker._tasks.append(loop.create_task(broker._every(interval_s, failures.probe)))

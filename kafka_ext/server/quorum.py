@@ -13,13 +13,31 @@ from typing import TYPE_CHECKING, Any
 
 from kafka_ext.controller.metadata_log import METADATA_TOPIC
 from kafka_ext.controller.quorum_status import QuorumStatus, ReplicaStatus
+from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.messages import registry
+from kafka_ext.raft.wire import is_metadata_fetch
+from kafka_ext.server import fetch
 
 if TYPE_CHECKING:
     from kafka_ext.server.dispatcher import RequestContext
 
 _reg = registry()
+
+
+async def handle_raft_request(ctx: RequestContext, request: Any) -> Any:
+    """Vote, BeginQuorumEpoch, EndQuorumEpoch and FetchSnapshot: answered by the Raft core."""
+    return await ctx.broker.controller.raft.handle_request(ctx.header.request_api_key,
+                                                           ctx.api_version, request)
+
+
+async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
+    """A replica's fetch of `__cluster_metadata` goes to the Raft core; any other to the
+    partitions (server/fetch.py)."""
+    if is_metadata_fetch(request, ctx.api_version):
+        return await ctx.broker.controller.raft.handle_request(ApiKey.FETCH, ctx.api_version,
+                                                               request)
+    return await fetch.handle_fetch(ctx, request)
 
 
 async def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:

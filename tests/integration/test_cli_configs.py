@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 from clients import create_topic, new_topic_name
-from conftest import BrokerProcess
+
+from tests.integration.conftest import BrokerProcess
 
 
 def configs(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:

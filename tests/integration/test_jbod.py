@@ -37,15 +37,15 @@ from confluent_kafka.admin import (
     ConfigResource,
     ResourceType,
 )
-from conftest import BrokerProcess
 from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaStorageError
 
-from kafka_ext.controller.quorum_controller import QuorumController
+from kafka_ext.controller.quorum_controller import image_from_log
 from kafka_ext.storage.checkpoints import MetaProperties
 from kafka_ext.storage.log import UnifiedLog
 from kafka_ext.storage.log_config import LogConfig
+from tests.integration.conftest import BrokerProcess
 
 MOVE_STEPS = ("copy", "before-swap", "after-source-rename", "after-future-rename")
 CRASH_ENV = "KEXT_TEST_MOVER_CRASH_AT"
@@ -129,11 +129,7 @@ def offline_dirs_in_metadata(metadata_dir: Path) -> tuple[uuid.UUID, ...]:
     """Replay the stopped broker's __cluster_metadata: the image's offline dirs of node 1."""
     log = UnifiedLog(metadata_dir / "__cluster_metadata-0", LogConfig())
     try:
-        controller = QuorumController(1, log, default_partitions=1, default_replication_factor=1,
-                                      validate_topic_config=lambda n, v: v,
-                                      run_blocking=lambda fn: fn())
-        controller.load()
-        return controller.image.offline_log_dirs.get(1, ())
+        return image_from_log(log).offline_log_dirs.get(1, ())
     finally:
         log.close()
 

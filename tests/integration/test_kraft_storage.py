@@ -159,25 +159,18 @@ def test_unformatted_node_refuses_to_start_naming_the_dir_and_the_fix(tmp_path: 
     assert "kafka-ext storage format -t" in refused.stderr
 
 
-def test_broker_only_and_controller_only_nodes_say_multi_node_is_not_served(
-        tmp_path: Path) -> None:
-    shapes = {
-        "broker": {"node.id": "4", "process.roles": "broker",
-                   "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
-                   "controller.listener.names": "CONTROLLER",
-                   "controller.quorum.voters": "1@127.0.0.1:9093"},
-        "controller": {"node.id": "1", "process.roles": "controller",
-                       "listeners": f"CONTROLLER://127.0.0.1:{free_port()}",
-                       "controller.listener.names": "CONTROLLER",
-                       "controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094"},
-    }
-    for name, settings in shapes.items():
-        config = properties(tmp_path / f"{name}.properties",
-                            {**settings, "log.dirs": str(tmp_path / name)})
-        assert kafka_ext("storage", "format", "-t", CLUSTER, "-c", config).returncode == 0
-        refused = kafka_ext("server", config)
-        assert refused.returncode == 2, refused.stderr
-        assert "multi-node quorum is not served yet (issue 13 in progress)" in refused.stderr
+def test_a_dynamic_quorum_of_several_controllers_says_it_is_not_served(tmp_path: Path) -> None:
+    settings = {"node.id": "4", "process.roles": "broker",
+                "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+                "controller.listener.names": "CONTROLLER",
+                "controller.quorum.bootstrap.servers": "127.0.0.1:9093,127.0.0.1:9094",
+                "log.dirs": str(tmp_path / "broker")}
+    config = properties(tmp_path / "broker.properties", settings)
+    assert kafka_ext("storage", "format", "-t", CLUSTER, "-c", config).returncode == 0
+    refused = kafka_ext("server", config)
+    assert refused.returncode == 2, refused.stderr
+    assert "dynamic quorum of several controllers" in refused.stderr
+    assert "controller.quorum.voters" in refused.stderr
 
 
 def test_dir_of_another_cluster_refuses_to_start(tmp_path: Path, broker_factory: Any) -> None:

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from clients import create_topic, new_topic_name, wait_until
 from confluent_kafka import Consumer, Producer
-from conftest import BrokerProcess
 
 from kafka_ext.client.probe import round_trip
 from kafka_ext.protocol.api_keys import ApiKey
@@ -28,6 +27,7 @@ from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.framing import encode_request
 from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.records import Record, build_batch
+from tests.integration.conftest import BrokerProcess
 
 _reg = registry()
 PRODUCE_VERSION = 9

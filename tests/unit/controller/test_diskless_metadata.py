@@ -126,7 +126,9 @@ async def test_the_mapping_is_replayed_from_the_metadata_log(
     await controller.create_partitions("orders", 8, None, validate_only=False)
     expected = {name: _mapping(controller.image.topics_by_name[name])
                 for name in ("orders", "classic")}
+    await controller.stop()
     replayed = _controller(metadata_log)
+    await replayed.start()
     assert {name: _mapping(replayed.image.topics_by_name[name])
             for name in ("orders", "classic")} == expected
     assert expected["classic"] == [-1, -1]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kafka_ext.controller.image import BROKER_RESOURCE, MetadataImage
-from kafka_ext.controller.quorum_controller import ConfigChange, QuorumController
+from kafka_ext.controller.quorum_controller import ConfigChange, QuorumController, image_from_log
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.config import (
@@ -66,11 +66,7 @@ async def test_controller_records_online_dirs_and_replays_them(controller: Quoru
     assert controller.log.log_end_offset == end
     await controller.update_broker_log_dirs(1, [DIR_A])
     assert controller.image.offline_log_dirs[1] == (DIR_B,)
-    replayed = QuorumController(1, controller.log, default_partitions=1,
-                                default_replication_factor=1,
-                                validate_topic_config=lambda n, v: v, run_blocking=_run_now)
-    replayed.load()
-    assert replayed.image.offline_log_dirs == {1: (DIR_B,)}
+    assert image_from_log(controller.log).offline_log_dirs == {1: (DIR_B,)}
 
 
 async def test_move_throttle_is_a_dynamic_broker_config(controller: QuorumController) -> None:

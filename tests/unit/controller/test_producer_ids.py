@@ -44,6 +44,7 @@ async def test_ids_never_repeat_across_a_restart(tmp_path: Path) -> None:
     log_dir = tmp_path / "__cluster_metadata-0"
     controller, log = await _controller(log_dir)
     first = await controller.allocate_producer_ids(1000)
+    await controller.stop()
     log.close()
     controller, log = await _controller(log_dir)
     try:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kafka_ext.controller.cluster_control import BrokerListener
 from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from kafka_ext.controller.quorum_controller import (
     METADATA_VERSION_FEATURE,
@@ -73,7 +76,7 @@ async def test_bootstrap_records_the_metadata_version_once(
     assert controller.image.features[METADATA_VERSION_FEATURE] > 0
     end = metadata_log.log_end_offset
     await controller.bootstrap()
-    assert metadata_log.log_end_offset == end == 1
+    assert metadata_log.log_end_offset == end == 2  # LeaderChange, then the bootstrap record
 
 
 async def test_bootstrap_commits_the_formatted_bootstrap_records_and_reports_the_quorum(
@@ -84,9 +87,12 @@ async def test_bootstrap_commits_the_formatted_bootstrap_records_and_reports_the
     assert controller.image.features[METADATA_VERSION_FEATURE] == 21
     assert controller.image.features["group.version"] == 1
     status = controller.quorum.status(1234)
-    assert (status.leader_id, status.high_watermark) == (1, log.log_end_offset) == (1, 2)
+    # The LeaderChange record of epoch 1, then the two bootstrap records.
+    assert (status.leader_id, status.leader_epoch, status.high_watermark) == (1, 1, 3)
+    assert log.log_end_offset == 3
     assert [(v.replica_id, v.log_end_offset, v.last_fetch_timestamp_ms) for v in status.voters] == [
-        (1, 2, 1234)]
+        (1, 3, 1234)]
+    await controller.stop()
     log.close()
 
 
@@ -99,13 +105,16 @@ async def test_reloading_the_log_rebuilds_the_committed_image(tmp_path: Path) ->
     await controller.delete_topics(["audit"])
     await controller.create_partitions("orders", 4, None, validate_only=False)
     before = controller.image
+    await controller.stop()
     log.close()
 
     reopened = _open_log(tmp_path)
     again = _controller(reopened)
-    assert again.image == before
+    await again.start()  # a new epoch: its LeaderChange record is the only one added
+    assert again.image == replace(before, offset=before.offset + 1)
     await again.bootstrap()  # not a fresh log: nothing appended
-    assert reopened.log_end_offset == before.offset + 1
+    assert reopened.log_end_offset == before.offset + 2
+    await again.stop()
     reopened.close()
 
 
@@ -234,15 +243,89 @@ async def test_create_topics_rejects_non_positive_counts(
     assert result.error == error
 
 
-async def test_create_topics_places_replicas_round_robin_over_live_brokers(
+async def _register(controller: QuorumController, *broker_ids: int) -> dict[int, int]:
+    """Register and unfence brokers as their lifecycle managers would; their epochs."""
+    epochs = {}
+    for broker_id in broker_ids:
+        epochs[broker_id] = await controller.register_broker(
+            broker_id, uuid.uuid4(), [BrokerListener("PLAINTEXT", "h", 9090 + broker_id, 0)],
+            None, [])
+        answer = await controller.broker_heartbeat(broker_id, epochs[broker_id], 1 << 40,
+                                                   want_fence=False, want_shutdown=False)
+        assert not answer.is_fenced
+    return epochs
+
+
+async def test_create_topics_places_partitions_round_robin_over_live_brokers(
         controller: QuorumController) -> None:
-    controller.live_brokers = {1, 2, 3}
-    [result] = await _create(controller, TopicCreation("orders", 3, 2))
+    await _register(controller, 1, 2, 3)
+    [result] = await _create(controller, TopicCreation("orders", 6, 1))
     assert result.error == ErrorCode.NONE
     partitions = controller.image.topics_by_name["orders"].partitions
-    assert {p: partitions[p].replicas for p in partitions} == {
-        0: (1, 2), 1: (2, 3), 2: (3, 1)}
-    assert {p: partitions[p].leader for p in partitions} == {0: 1, 1: 2, 2: 3}
+    assert {p: partitions[p].leader for p in partitions} == {
+        0: 1, 1: 2, 2: 3, 3: 1, 4: 2, 5: 3}
+
+
+async def test_replication_above_one_is_refused_until_replication_lands(
+        controller: QuorumController) -> None:
+    await _register(controller, 1, 2, 3)
+    [result] = await _create(controller, TopicCreation("orders", 3, 2))
+    assert result.error == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert "not served yet" in (result.message or "")
+
+
+async def test_a_broker_whose_session_expires_is_fenced_and_its_partitions_go_offline(
+        controller: QuorumController) -> None:
+    await _register(controller, 1, 2)
+    await _create(controller, TopicCreation("orders", 4, 1))
+    controller.heartbeats.touch(1, 1e18)  # broker 1 keeps heartbeating; 2 went silent
+    controller.heartbeats.session_timeout_ms = -1
+    await controller.fence_expired_brokers()
+    assert controller.image.brokers[2].fenced and not controller.image.brokers[1].fenced
+    partitions = controller.image.topics_by_name["orders"].partitions
+    assert {p: partitions[p].leader for p in partitions} == {0: 1, 1: -1, 2: 1, 3: -1}
+    assert controller.live_brokers == {1}
+
+
+async def test_an_unfenced_broker_leads_its_partitions_again(
+        controller: QuorumController) -> None:
+    epochs = await _register(controller, 1, 2)
+    await _create(controller, TopicCreation("orders", 2, 1))
+    before = controller.image.topics_by_name["orders"].partitions[1].leader_epoch
+    await controller.broker_heartbeat(2, epochs[2], 1 << 40, want_fence=True,
+                                      want_shutdown=False)
+    assert controller.image.topics_by_name["orders"].partitions[1].leader == -1
+    await controller.broker_heartbeat(2, epochs[2], 1 << 40, want_fence=False,
+                                      want_shutdown=False)
+    part = controller.image.topics_by_name["orders"].partitions[1]
+    assert part.leader == 2 and part.leader_epoch == before + 2
+
+
+async def test_controlled_shutdown_moves_leaderships_then_lets_the_broker_go(
+        controller: QuorumController) -> None:
+    epochs = await _register(controller, 1, 2)
+    await _create(controller, TopicCreation("orders", 2, 1))
+    answer = await controller.broker_heartbeat(2, epochs[2], 1 << 40, want_fence=False,
+                                               want_shutdown=True)
+    assert answer.should_shut_down and answer.is_fenced
+    assert controller.image.topics_by_name["orders"].partitions[1].leader == -1
+    assert controller.live_brokers == {1}
+
+
+async def test_registration_and_heartbeat_errors(controller: QuorumController) -> None:
+    epochs = await _register(controller, 1)
+    with pytest.raises(KafkaError) as caught:
+        await controller.register_broker(1, uuid.uuid4(), [BrokerListener("P", "h", 1, 0)],
+                                         None, [])
+    assert caught.value.code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+    with pytest.raises(KafkaError) as caught:
+        await controller.broker_heartbeat(1, epochs[1] + 7, 0, False, False)
+    assert caught.value.code == ErrorCode.STALE_BROKER_EPOCH
+    with pytest.raises(KafkaError) as caught:
+        await controller.broker_heartbeat(9, 0, 0, False, False)
+    assert caught.value.code == ErrorCode.BROKER_ID_NOT_REGISTERED
+    answer = await controller.broker_heartbeat(1, epochs[1], epochs[1] - 1, False, False)
+    assert not answer.is_caught_up
 
 
 async def test_create_topics_validate_only_writes_nothing(
@@ -321,12 +404,12 @@ async def test_create_partitions_grows_the_topic(controller: QuorumController) -
 
 
 async def test_create_partitions_with_assignments(controller: QuorumController) -> None:
-    controller.live_brokers = {1, 2}
-    await _create(controller, TopicCreation("orders", 1, 2))
-    await controller.create_partitions("orders", 3, [[2, 1], [1, 2]], validate_only=False)
+    await _register(controller, 1, 2)
+    await _create(controller, TopicCreation("orders", 1, 1))
+    await controller.create_partitions("orders", 3, [[2], [1]], validate_only=False)
     partitions = controller.image.topics_by_name["orders"].partitions
-    assert partitions[1].replicas == (2, 1) and partitions[1].leader == 2
-    assert partitions[2].replicas == (1, 2)
+    assert partitions[1].replicas == (2,) and partitions[1].leader == 2
+    assert partitions[2].replicas == (1,) and partitions[2].leader == 1
 
 
 @pytest.mark.parametrize("count", [1, 2])
@@ -521,3 +604,36 @@ async def test_listeners_get_the_old_and_new_image_of_each_commit(
     assert old2 is new1 and "orders" not in new2.topics_by_name
     assert new2 is controller.image
     assert new1.offset < new2.offset
+
+
+# -- snapshots (KIP-630) ----------------------------------------------------------------------
+
+
+async def test_snapshot_lets_the_log_start_later_and_a_restart_rebuilds_the_image(
+        tmp_path: Path) -> None:
+    log = _open_log(tmp_path)
+    controller = QuorumController(
+        1, log, default_partitions=2, default_replication_factor=1,
+        validate_topic_config=_normalise, run_blocking=_run_now, snapshot_bytes=1)
+    controller.load()
+    await controller.bootstrap()
+    for n in range(5):
+        await _create(controller, TopicCreation(f"t{n}", 2, configs={"retention.ms": "5000"}))
+        await asyncio.sleep(0)  # the snapshot task runs
+    await controller.delete_topics(["t0"])
+    await asyncio.sleep(0.05)
+    snapshot = controller.raft.log.latest_snapshot_id()
+    assert snapshot is not None and log.log_start_offset == snapshot.offset > 0
+    before = controller.image
+    await controller.stop()
+    log.close()
+
+    reopened = _open_log(tmp_path)
+    again = _controller(reopened)
+    assert again.image.offset >= snapshot.offset - 1  # loaded from the snapshot
+    await again.start()
+    assert sorted(again.image.topics_by_name) == sorted(before.topics_by_name) == [
+        "t1", "t2", "t3", "t4"]
+    assert again.image.configs == before.configs
+    await again.stop()
+    reopened.close()

@@ -38,6 +38,9 @@ CONFIG = RaftConfig(election_timeout_ms=300, fetch_timeout_ms=600, election_back
                     snapshot_chunk_bytes=512)
 
 
+SNAPSHOT_RETENTION_MS = 3000
+
+
 class InvariantViolation(AssertionError):
     pass
 
@@ -59,6 +62,7 @@ class SimLog:
         self.durable_end = 0
         self.start_epoch = 0  # the epoch of the entry before `start` (from the snapshot)
         self.snapshots: dict[OffsetAndEpoch, bytes] = {}
+        self.snapshot_times_ms: dict[OffsetAndEpoch, int] = {}
         self.partial: dict[OffsetAndEpoch, bytearray] = {}
 
     # RaftLog
@@ -142,12 +146,14 @@ class SimLog:
         self.truncate_to(self.durable_end)
         self.partial.clear()
 
-    def create_snapshot(self, offset: int, payloads: list[str]) -> None:
+    def create_snapshot(self, offset: int, payloads: list[str], now_ms: int = 0) -> None:
         entry = self.entry(offset - 1)
         epoch = entry.epoch if entry is not None else self.start_epoch
-        self.snapshots[OffsetAndEpoch(epoch, offset)] = json.dumps(payloads).encode()
+        snapshot_id = OffsetAndEpoch(epoch, offset)
+        self.snapshots[snapshot_id] = json.dumps(payloads).encode()
+        self.snapshot_times_ms[snapshot_id] = now_ms
 
-    def delete_before_latest_snapshot(self) -> None:
+    def delete_before_latest_snapshot(self, now_ms: int = 0) -> None:
         snapshot = self.latest_snapshot_id()
         if snapshot is None or snapshot.offset <= self.start:
             return
@@ -155,9 +161,10 @@ class SimLog:
             return  # Kafka deletes only what a durable snapshot and log cover
         del self.entries[:snapshot.offset - self.start]
         self.start, self.start_epoch = snapshot.offset, snapshot.epoch
-        # Keep the one before too, so a follower still downloading it can finish.
-        kept = sorted(self.snapshots, key=lambda s: s.offset)[-2:]
-        self.snapshots = {s: self.snapshots[s] for s in kept}
+        # Older snapshots are kept for a retention time (Kafka's metadata.max.retention.ms),
+        # so a follower still downloading one can finish.
+        self.snapshots = {s: data for s, data in self.snapshots.items() if s == snapshot
+                          or now_ms - self.snapshot_times_ms.get(s, 0) < SNAPSHOT_RETENTION_MS}
 
 
 @dataclass(slots=True)
@@ -306,8 +313,8 @@ class Simulation:
         node.applied_offset = end
         if end - (node.log.latest_snapshot_id() or OffsetAndEpoch(0, 0)).offset >= \
                 node.snapshot_every:
-            node.log.create_snapshot(end, list(node.applied))
-            node.log.delete_before_latest_snapshot()
+            node.log.create_snapshot(end, list(node.applied), self.now)
+            node.log.delete_before_latest_snapshot(self.now)
 
     # -- invariants ----------------------------------------------------------------------
 

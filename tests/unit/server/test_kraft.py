@@ -10,7 +10,7 @@ import pytest
 from kafka_ext.cli.metadata_quorum import format_replication, format_status
 from kafka_ext.controller.quorum_status import QuorumStatus, ReplicaStatus, VoterEndpoint
 from kafka_ext.server.config import BrokerConfig, ConfigError, build_config
-from kafka_ext.server.kraft import MULTI_NODE_REFUSAL, prepare_storage, storage_layout
+from kafka_ext.server.kraft import DYNAMIC_QUORUM_REFUSAL, prepare_storage, storage_layout
 from kafka_ext.server.quorum import describe_quorum_response
 from kafka_ext.storage.checkpoints import MetaProperties
 from kafka_ext.storage.formatter import (
@@ -60,11 +60,20 @@ def test_unformatted_node_that_is_not_its_own_quorum_is_refused_naming_the_dir(
     assert f"log dir {tmp_path / 'a'} is not formatted" in str(err.value)
 
 
-def test_formatted_broker_only_node_is_refused_as_multi_node(tmp_path: Path) -> None:
+def test_formatted_broker_of_a_static_quorum_is_served(tmp_path: Path) -> None:
     node = broker_only(tmp_path)
     format_storage(storage_layout(node), FormatRequest(CLUSTER))
-    with pytest.raises(ConfigError, match=MULTI_NODE_REFUSAL.replace("(", r"\(").replace(")", r"\)")):
+    assert prepare_storage(node) == (CLUSTER, None)
+
+
+def test_a_dynamic_quorum_of_several_controllers_is_refused(tmp_path: Path) -> None:
+    node = config(tmp_path, process_roles="broker", node_id="4",
+                  listeners="PLAINTEXT://127.0.0.1:9092", controller_listener_names="CONTROLLER",
+                  controller_quorum_bootstrap_servers="127.0.0.1:9093,127.0.0.1:9094")
+    format_storage(storage_layout(node), FormatRequest(CLUSTER))
+    with pytest.raises(ConfigError, match="controller.quorum.voters") as err:
         prepare_storage(node)
+    assert DYNAMIC_QUORUM_REFUSAL in str(err.value)
 
 
 def test_configured_cluster_id_must_match_the_formatted_one(tmp_path: Path) -> None:

@@ -1,0 +1,152 @@
+"""Outbound connections from this node to the other nodes of the cluster (Kafka's NetworkClient
+as the controllers and brokers use it among themselves).
+
+One connection per peer, opened on first use and again after a failure; requests are
+pipelined on it and answers matched by correlation id. A connection first identifies itself
+with ApiVersions as NODE_SOFTWARE_NAME, which is how the peer shows it the inter-broker APIs.
+A failure fails the requests in flight with ConnectionError; callers retry on their own timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kafka_ext.client.probe import PROBE_VERSION, api_versions_request
+from kafka_ext.protocol.api_keys import NODE_SOFTWARE_NAME, ApiKey
+from kafka_ext.protocol.errors import DecodeError
+from kafka_ext.protocol.framing import SIZE, decode_response, encode_request, frame_size
+
+log = logging.getLogger(__name__)
+
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+CONNECT_TIMEOUT_S = 2.0
+
+
+class NodeConnection:
+    """One open connection to a peer; owned by the event loop."""
+
+    def __init__(self, node_id: int, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, client_id: str) -> None:
+        self.node_id = node_id
+        self._reader = reader
+        self._writer = writer
+        self._client_id = client_id
+        self._correlation = itertools.count(1)
+        self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self.closed = False
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    async def request(self, api_key: int, api_version: int, body: Any) -> Any:
+        """Send one request and wait for its answer; ConnectionError if the link fails."""
+        if self.closed:
+            raise ConnectionError(f"connection to node {self.node_id} is closed")
+        correlation_id = next(self._correlation)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = (api_key, api_version, future)
+        self._writer.write(encode_request(api_key, api_version, correlation_id, self._client_id,
+                                          body))
+        try:
+            return await future
+        finally:
+            self._pending.pop(correlation_id, None)
+
+    async def _read_loop(self) -> None:
+        error: BaseException = ConnectionError(f"connection to node {self.node_id} closed")
+        try:
+            while True:
+                prefix = await self._reader.readexactly(SIZE.size)
+                size = frame_size(prefix, MAX_RESPONSE_BYTES)
+                assert size is not None
+                frame = await self._reader.readexactly(size)
+                correlation_id = SIZE.unpack_from(frame, 0)[0]
+                pending = self._pending.get(correlation_id)
+                if pending is None:
+                    raise DecodeError(f"answer to unknown request {correlation_id}")
+                api_key, api_version, future = pending
+                _, body = decode_response(frame, api_key, api_version)
+                if not future.done():
+                    future.set_result(body)
+        except (OSError, asyncio.IncompleteReadError, DecodeError) as exc:
+            error = ConnectionError(f"connection to node {self.node_id} failed: {exc}")
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._fail(error)
+
+    def _fail(self, error: BaseException) -> None:
+        self.closed = True
+        for _, _, future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._pending.clear()
+        self._writer.close()
+
+    async def close(self) -> None:
+        self._read_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._read_task
+
+
+class NodeChannels:
+    """Connections to the peers whose addresses `endpoint_of` knows; owned by the event loop."""
+
+    def __init__(self, endpoint_of: Callable[[int], tuple[str, int] | None],
+                 client_id: str) -> None:
+        self._endpoint_of = endpoint_of
+        self._client_id = client_id
+        self._connections: dict[int, NodeConnection] = {}
+        self._connecting: dict[int, asyncio.Task[NodeConnection]] = {}
+
+    async def request(self, node_id: int, api_key: int, api_version: int, body: Any,
+                      timeout_s: float) -> Any:
+        """One request to node `node_id`; ConnectionError / TimeoutError when it cannot be had."""
+        async with asyncio.timeout(timeout_s):
+            connection = await self._connection(node_id)
+            return await connection.request(api_key, api_version, body)
+
+    async def _connection(self, node_id: int) -> NodeConnection:
+        connection = self._connections.get(node_id)
+        if connection is not None and not connection.closed:
+            return connection
+        task = self._connecting.get(node_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._connect(node_id))
+            self._connecting[node_id] = task
+            task.add_done_callback(lambda _: self._connecting.pop(node_id, None))
+        return await asyncio.shield(task)
+
+    async def _connect(self, node_id: int) -> NodeConnection:
+        endpoint = self._endpoint_of(node_id)
+        if endpoint is None:
+            raise ConnectionError(f"no known address for node {node_id}")
+        host, port = endpoint
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host, port)
+        connection = NodeConnection(node_id, reader, writer, self._client_id)
+        try:
+            answer = await asyncio.wait_for(connection.request(
+                ApiKey.API_VERSIONS, PROBE_VERSION, api_versions_request(NODE_SOFTWARE_NAME)),
+                CONNECT_TIMEOUT_S)
+        except BaseException:
+            await connection.close()
+            raise
+        if answer.error_code:
+            await connection.close()
+            raise ConnectionError(f"node {node_id} refused ApiVersions: {answer.error_code}")
+        old = self._connections.get(node_id)
+        if old is not None:
+            await old.close()
+        self._connections[node_id] = connection
+        return connection
+
+    async def close(self) -> None:
+        for task in list(self._connecting.values()):
+            task.cancel()
+        for connection in list(self._connections.values()):
+            await connection.close()
+        self._connections.clear()

@@ -1,0 +1,206 @@
+"""A broker's life as the controller sees it (Kafka's BrokerLifecycleManager), and the
+controller's answers: BrokerRegistration (62) and BrokerHeartbeat (63).
+
+At start the broker registers its listeners, rack and log dirs with the active controller and
+heartbeats every broker.heartbeat.interval.ms with the metadata offset it has applied; the
+controller unfences it once it has caught up, and it finishes starting then. A broker whose
+heartbeats stop is fenced after broker.session.timeout.ms. On SIGTERM it asks for a controlled
+shutdown: its leaderships move first, then the controller lets it go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kafka_ext.controller.cluster_control import BrokerListener, HeartbeatAnswer
+from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.messages import registry
+
+if TYPE_CHECKING:
+    from kafka_ext.server.broker import Broker
+    from kafka_ext.server.dispatcher import RequestContext
+
+log = logging.getLogger(__name__)
+
+RETRY_BACKOFF_S = 0.2
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
+_SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+_reg = registry()
+
+
+class BrokerLifecycleManager:
+    """Registration and heartbeats of this broker; owned by the broker's event loop."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.incarnation_id = uuid.uuid4()
+        self.broker_epoch = -1
+        self.fenced = True
+        self._unfenced = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        config = broker.config
+        self.interval_s = int(str(config.values["broker.heartbeat.interval.ms"])) / 1000
+        self._want_shutdown = False
+
+    async def start(self) -> None:
+        """Register, then heartbeat until unfenced (this broker then serves)."""
+        self.broker_epoch = await self._with_retries(self._register)
+        log.info("registered with the controller (broker epoch %d)", self.broker_epoch)
+        self._task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+        await self._unfenced.wait()
+        log.info("unfenced by the controller")
+
+    async def controlled_shutdown(self) -> None:
+        """Ask the controller to move this broker's leaderships away, and wait until it says
+        the broker may stop (bounded: a controller that is gone cannot hold it up)."""
+        if self._task is None:
+            return
+        self._want_shutdown = True
+        deadline = time.monotonic() + CONTROLLED_SHUTDOWN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                answer = await self._heartbeat()
+            except (KafkaError, ConnectionError, TimeoutError, OSError) as exc:
+                log.debug("controlled shutdown: %s; retrying", exc)
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            if answer.should_shut_down:
+                log.info("controlled shutdown done: the controller moved our leaderships")
+                break
+            await asyncio.sleep(RETRY_BACKOFF_S)
+        else:
+            log.warning("controlled shutdown did not finish in %.0f s; stopping anyway",
+                        CONTROLLED_SHUTDOWN_TIMEOUT_S)
+        await self.stop()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            try:
+                answer = await self._heartbeat()
+            except KafkaError as exc:
+                if exc.code in (ErrorCode.STALE_BROKER_EPOCH,
+                                ErrorCode.BROKER_ID_NOT_REGISTERED):
+                    log.warning("the controller lost our registration (%s): registering again",
+                                exc.code.name)
+                    self.broker_epoch = await self._with_retries(self._register)
+                    continue
+                log.debug("heartbeat failed: %s", exc)
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                log.debug("heartbeat failed: %s", exc)
+            else:
+                if answer.is_fenced != self.fenced:
+                    log.info("the controller %s this broker",
+                             "fenced" if answer.is_fenced else "unfenced")
+                self.fenced = answer.is_fenced
+                if not answer.is_fenced:
+                    self._unfenced.set()
+            await asyncio.sleep(self.interval_s if not self.fenced else RETRY_BACKOFF_S)
+
+    async def _with_retries(self, call: Any) -> Any:
+        while True:
+            try:
+                return await call()
+            except (KafkaError, ConnectionError, TimeoutError, OSError) as exc:
+                log.info("waiting for the controller: %s", exc)
+                await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _register(self) -> int:
+        broker = self.broker
+        cls = _reg["BrokerRegistrationRequest"].cls
+        request = cls(broker_id=broker.node_id, cluster_id=broker.cluster_id,
+                      incarnation_id=self.incarnation_id,
+                      listeners=[cls.Listener(name=lst.name, host=lst.host, port=lst.port,
+                                              security_protocol=lst.security_protocol)
+                                 for lst in self.listeners()],
+                      features=[], rack=broker.config.broker_rack,
+                      log_dirs=broker.log_dir_failures.online_directory_ids(),
+                      previous_broker_epoch=self.broker_epoch)
+        response = await self._to_controller(ApiKey.BROKER_REGISTRATION, 4, request)
+        if response.error_code:
+            raise KafkaError(ErrorCode(response.error_code), "registration refused")
+        return int(response.broker_epoch)
+
+    async def _heartbeat(self) -> HeartbeatAnswer:
+        broker = self.broker
+        request = _reg["BrokerHeartbeatRequest"].cls(
+            broker_id=broker.node_id, broker_epoch=self.broker_epoch,
+            current_metadata_offset=broker.controller.raft.applied_offset,
+            want_fence=False, want_shut_down=self._want_shutdown, offline_log_dirs=[])
+        response = await self._to_controller(ApiKey.BROKER_HEARTBEAT, 1, request)
+        if response.error_code:
+            raise KafkaError(ErrorCode(response.error_code), "heartbeat refused")
+        return HeartbeatAnswer(response.is_caught_up, response.is_fenced,
+                               response.should_shut_down)
+
+    async def _to_controller(self, api_key: int, version: int, request: Any) -> Any:
+        """The active controller's answer: this node's own when it leads the quorum."""
+        broker = self.broker
+        raft = broker.controller.raft
+        if raft.is_leader:
+            handler = (answer_broker_registration if api_key == ApiKey.BROKER_REGISTRATION
+                       else answer_broker_heartbeat)
+            return await handler(broker, request)
+        if raft.leader_id < 0:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller yet")
+        return await broker.node_channels.request(raft.leader_id, api_key, version, request,
+                                                  broker.controller.raft.config.request_timeout_ms
+                                                  / 1000)
+
+    def listeners(self) -> list[BrokerListener]:
+        """The listeners clients reach this broker on (advertised, controller ones aside)."""
+        config = self.broker.config
+        bound = dict(zip((lst.name for lst in config.listeners), self.broker.bound_ports,
+                         strict=False))
+        return [BrokerListener(lst.name, lst.host or "localhost",
+                               lst.port or bound.get(lst.name, 0),
+                               _SECURITY_PROTOCOLS.get(config.security_protocol(lst.name), 0))
+                for lst in config.advertised_listeners
+                if lst.name not in config.controller_listener_names]
+
+
+# -- the controller's side --------------------------------------------------------------------
+
+async def answer_broker_registration(broker: Broker, request: Any) -> Any:
+    Response = _reg["BrokerRegistrationResponse"].cls
+    if request.cluster_id != broker.cluster_id:
+        return Response(throttle_time_ms=0, error_code=ErrorCode.INCONSISTENT_CLUSTER_ID,
+                        broker_epoch=-1)
+    try:
+        epoch = await broker.controller.register_broker(
+            request.broker_id, request.incarnation_id,
+            [BrokerListener(lst.name, lst.host, lst.port, lst.security_protocol)
+             for lst in request.listeners], request.rack, list(request.log_dirs or ()))
+    except KafkaError as exc:
+        return Response(throttle_time_ms=0, error_code=exc.code, broker_epoch=-1)
+    return Response(throttle_time_ms=0, error_code=0, broker_epoch=epoch)
+
+
+async def answer_broker_heartbeat(broker: Broker, request: Any) -> Any:
+    Response = _reg["BrokerHeartbeatResponse"].cls
+    try:
+        answer = await broker.controller.broker_heartbeat(
+            request.broker_id, request.broker_epoch, request.current_metadata_offset,
+            request.want_fence, request.want_shut_down)
+    except KafkaError as exc:
+        return Response(throttle_time_ms=0, error_code=exc.code, is_caught_up=False,
+                        is_fenced=True, should_shut_down=False)
+    return Response(throttle_time_ms=0, error_code=0, is_caught_up=answer.is_caught_up,
+                    is_fenced=answer.is_fenced, should_shut_down=answer.should_shut_down)
+
+
+async def handle_broker_registration(ctx: RequestContext, request: Any) -> Any:
+    return await answer_broker_registration(ctx.broker, request)
+
+
+async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    return await answer_broker_heartbeat(ctx.broker, request)
