@@ -66,7 +66,8 @@ def served_keys() -> set[int]:
     from kafka_ext.server.dispatcher import RequestDispatcher
 
     dispatcher = RequestDispatcher(None)
-    Broker._register_handlers(SimpleNamespace(dispatcher=dispatcher))  # type: ignore[arg-type]
+    broker = SimpleNamespace(dispatcher=dispatcher, config=SimpleNamespace(is_broker=True))
+    Broker._register_handlers(broker)  # type: ignore[arg-type]
     return set(dispatcher.handlers)
 
 

@@ -406,6 +406,11 @@ class QuorumController:
             assignments = self._place(partitions, factor)
         configs = self._validated_configs(creation.configs)
         _check_diskless_configs(creation.name, configs)
+        if configs.get(DISKLESS_ENABLE_CONFIG) == "true" and len(self.image.brokers) > 1:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             "diskless topics are served on a single broker for now: their "
+                             "coordinators spread over brokers with a later issue "
+                             f"(this cluster has {len(self.image.brokers)} brokers)")
         topic_id = uuid.uuid4()
         result.topic_id = topic_id
         result.num_partitions = len(assignments)

@@ -202,6 +202,8 @@ class Broker:
         handlers[ApiKey.BROKER_HEARTBEAT] = handle_broker_heartbeat
         handlers[ApiKey.ALLOCATE_PRODUCER_IDS] = forwarding.handle_allocate_producer_ids
         for key, handler in handlers.items():
+            if not self.config.is_broker and key not in _CONTROLLER_APIS:
+                continue  # a controller-only node hosts no partitions and no coordinators
             if key in forwarding.FORWARDED_APIS:
                 handler = forwarding.forwardable(handler)
             self.dispatcher.register(key, handler)
@@ -535,6 +537,18 @@ class Broker:
     async def _write_checkpoints(self) -> None:
         await self.run_blocking(self.log_manager.checkpoint_recovery_points)
         await self.run_blocking(self.log_manager.checkpoint_log_start_offsets)
+
+
+# What a controller-only node serves (Kafka's ControllerApis): the quorum, broker lifecycle,
+# forwarded metadata changes and the admin reads tools send to --bootstrap-controller.
+_CONTROLLER_APIS = frozenset({
+    ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM, ApiKey.DESCRIBE_CLUSTER, ApiKey.VOTE,
+    ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH, ApiKey.FETCH, ApiKey.FETCH_SNAPSHOT,
+    ApiKey.ENVELOPE, ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT,
+    ApiKey.ALLOCATE_PRODUCER_IDS, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS,
+    ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
+    ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
+})
 
 
 def _unlink_deleted_files(pending: list[tuple[UnifiedLog, list[Path]]]

@@ -637,3 +637,12 @@ async def test_snapshot_lets_the_log_start_later_and_a_restart_rebuilds_the_imag
     assert again.image.configs == before.configs
     await again.stop()
     reopened.close()
+
+
+async def test_diskless_topics_are_refused_on_several_brokers(
+        controller: QuorumController) -> None:
+    await _register(controller, 1, 2)
+    [result] = await _create(controller, TopicCreation(
+        "events", 2, configs={"diskless.enable": "true"}))
+    assert result.error == ErrorCode.INVALID_CONFIG
+    assert "single broker" in (result.message or "")
