@@ -131,6 +131,9 @@ class Broker:
                                           config.connections_max_idle_ms)
         self.controller: QuorumController = None  # type: ignore[assignment]  # set in start()
         self.node_channels = NodeChannels(lambda _: None, f"kafka-ext-node-{config.node_id}")
+        # Broker to broker (transaction markers), at their inter-broker listener.
+        self.broker_channels = NodeChannels(self._broker_endpoint,
+                                            f"kafka-ext-broker-{config.node_id}")
         self.txn_coordinator = TransactionCoordinator(self)
         self.group_coordinator = GroupCoordinator(self, GroupConfig.from_broker_config(config))
         self.auto_topic_creation = AutoTopicCreationManager(self)
@@ -244,6 +247,16 @@ class Broker:
         if not nodes:  # not registered yet: this node alone
             nodes = [Node(self.node_id, listener.host, listener.port, self.config.broker_rack)]
         return nodes
+
+    def _broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """Where another broker takes inter-broker requests: its registered endpoint of our
+        inter-broker listener name (else its first one)."""
+        registration = self.controller.image.brokers.get(broker_id) if self.controller else None
+        if registration is None or not registration.endpoints:
+            return None
+        endpoint = (registration.endpoint(self.config.inter_broker_listener_name or "")
+                    or registration.endpoints[0])
+        return endpoint.host, endpoint.port
 
     def log_config_for(self, topic: str, image: MetadataImage | None = None) -> LogConfig:
         """The effective LogConfig of a topic: broker defaults overlaid with topic overrides.
@@ -443,6 +456,7 @@ class Broker:
         await self.group_coordinator.stop()
         await self.controller.stop()
         await self.node_channels.close()
+        await self.broker_channels.close()
         await self.replica_mover.close()
         await self.run_blocking(self.log_manager.close)
         self._executor.shutdown(wait=True)

@@ -170,7 +170,7 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
                 try:
                     await write_txn_marker(ctx.broker, topic.name, index, marker.producer_id,
                                            marker.producer_epoch, marker.coordinator_epoch,
-                                           marker.transaction_result)
+                                           marker.transaction_result, local_only=True)
                     code = 0
                 except KafkaError as exc:
                     code = int(exc.code)

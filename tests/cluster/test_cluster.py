@@ -215,3 +215,37 @@ def test_a_node_that_missed_many_changes_catches_up_from_a_snapshot(
     topics = AdminClient({"bootstrap.servers": away.bootstrap}).list_topics(timeout=10).topics
     assert {f"while-away-{n}" for n in range(25)} <= set(topics)
     assert "installed the leader's snapshot" in away.log()
+
+
+def test_a_transaction_over_partitions_of_every_broker_commits_and_aborts(
+        cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(combined=3)
+    n1, n2, n3 = cluster.brokers
+    create_topic(n1, "txn", 6)
+    wait_until(lambda: set(leaders(n2, "txn").values()) == {1, 2, 3}, 10, "topic everywhere")
+    producer = Producer({"bootstrap.servers": n2.bootstrap, "transactional.id": "tx-1"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(60):
+        producer.produce("txn", value=b"c%d" % i, partition=i % 6)
+    producer.commit_transaction(30)  # markers go to the leaders on the other brokers too
+    producer.begin_transaction()
+    for i in range(12):
+        producer.produce("txn", value=b"a%d" % i, partition=i % 6)
+    producer.abort_transaction(30)
+    consumer = Consumer({"bootstrap.servers": n3.bootstrap, "group.id": "tx-reader",
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    consumer.subscribe(["txn"])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(values) < 60 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            values.append(msg.value())
+    end = time.monotonic() + 3  # nothing of the aborted transaction follows
+    while time.monotonic() < end:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            values.append(msg.value())
+    consumer.close()
+    assert sorted(values) == sorted(b"c%d" % i for i in range(60))
