@@ -48,14 +48,57 @@ def forwardable(handler: Handler) -> Handler:
     async def forward_or_handle(ctx: RequestContext, request: Any) -> Any:
         broker = ctx.broker
         if ctx.forwarded or broker.controller.raft.is_leader:
-            return await handler(ctx, request)
+            try:
+                return await handler(ctx, request)
+            except KafkaError as exc:
+                # Leadership moved while the change was on its way to the quorum: the new
+                # active controller takes it (the change may have committed anyway, as in
+                # Kafka, and then answers TOPIC_ALREADY_EXISTS or the like).
+                if ctx.forwarded or exc.code != ErrorCode.NOT_CONTROLLER:
+                    raise
         # The request's own timeout bounds the forwarding (CreateTopics, DeleteTopics and
         # CreatePartitions carry one); a change must not land long after its client gave up.
         timeout_ms = getattr(request, "timeout_ms", 0) or FORWARD_TIMEOUT_S * 1000
-        return await broker.forwarding.forward(ctx.header.request_api_key, ctx.api_version,
-                                               request, ctx.client_id,
-                                               min(timeout_ms / 1000, FORWARD_TIMEOUT_S))
+        try:
+            return await broker.forwarding.forward(ctx.header.request_api_key, ctx.api_version,
+                                                   request, ctx.client_id,
+                                                   min(timeout_ms / 1000, FORWARD_TIMEOUT_S))
+        except KafkaError as exc:  # no controller in time: every entry says so
+            return error_response(ctx.header.request_api_key, request, exc)
     return forward_or_handle
+
+
+def error_response(api_key: int, request: Any, error: KafkaError) -> Any:
+    """The answer giving every entry of a forwarded request `error` (Kafka's
+    getErrorResponse): these APIs have no top-level error code."""
+    code, message = int(error.code), error.message or None
+    if api_key == ApiKey.CREATE_TOPICS:
+        cls = _reg["CreateTopicsResponse"].cls
+        return cls(throttle_time_ms=0, topics=[cls.CreatableTopicResult(
+            name=t.name, topic_id=ZERO_UUID, error_code=code, error_message=message,
+            num_partitions=-1, replication_factor=-1, configs=None) for t in request.topics])
+    if api_key == ApiKey.DELETE_TOPICS:
+        cls = _reg["DeleteTopicsResponse"].cls
+        names = ([t.name for t in request.topics] if request.topics
+                 else list(request.topic_names or ()))
+        return cls(throttle_time_ms=0, responses=[cls.DeletableTopicResult(
+            name=n, topic_id=ZERO_UUID, error_code=code, error_message=message) for n in names])
+    if api_key == ApiKey.CREATE_PARTITIONS:
+        cls = _reg["CreatePartitionsResponse"].cls
+        return cls(throttle_time_ms=0, results=[cls.CreatePartitionsTopicResult(
+            name=t.name, error_code=code, error_message=message) for t in request.topics])
+    if api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
+        name = ("AlterConfigsResponse" if api_key == ApiKey.ALTER_CONFIGS
+                else "IncrementalAlterConfigsResponse")
+        cls = _reg[name].cls
+        return cls(throttle_time_ms=0, responses=[cls.AlterConfigsResourceResponse(
+            error_code=code, error_message=message, resource_type=r.resource_type,
+            resource_name=r.resource_name) for r in request.resources])
+    cls = _reg["AlterClientQuotasResponse"].cls
+    return cls(throttle_time_ms=0, entries=[cls.EntryData(
+        error_code=code, error_message=message,
+        entity=[cls.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+                for e in entry.entity]) for entry in request.entries])
 
 
 class ForwardingManager:

@@ -1,0 +1,41 @@
+"""Forwarding's answers when no active controller can be had: every entry carries the error,
+in a response that encodes at every version of its API."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.messages import registry
+from kafka_ext.server.forwarding import FORWARDED_APIS, error_response
+
+_reg = registry()
+
+
+def _request(api_key: int) -> object:
+    cls = _reg.requests[api_key].cls
+    if api_key == ApiKey.CREATE_TOPICS:
+        return cls(topics=[cls.CreatableTopic(name="a", num_partitions=1, replication_factor=1,
+                                               assignments=[], configs=[])])
+    if api_key == ApiKey.DELETE_TOPICS:
+        return cls(topics=[cls.DeleteTopicState(name="a")], topic_names=["a"])
+    if api_key == ApiKey.CREATE_PARTITIONS:
+        return cls(topics=[cls.CreatePartitionsTopic(name="a", count=3, assignments=None)])
+    if api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
+        return cls(resources=[cls.AlterConfigsResource(resource_type=2, resource_name="a",
+                                                       configs=[])])
+    return cls(entries=[cls.EntryData(entity=[cls.EntityData(entity_type="user",
+                                                             entity_name="u")], ops=[])])
+
+
+@pytest.mark.parametrize("api_key", sorted(FORWARDED_APIS))
+def test_every_entry_gets_the_error_and_every_version_encodes(api_key: int) -> None:
+    response = error_response(api_key, _request(api_key),
+                              KafkaError(ErrorCode.REQUEST_TIMED_OUT, "no controller"))
+    entries = next(getattr(response, f) for f in ("topics", "responses", "results", "entries")
+                   if hasattr(response, f))
+    assert [e.error_code for e in entries] == [ErrorCode.REQUEST_TIMED_OUT]
+    mtype = _reg.responses[api_key]
+    for version in range(mtype.versions.lowest, mtype.versions.highest + 1):
+        mtype.encode_into(response, version, bytearray(), None)
