@@ -126,6 +126,21 @@ class ConfigChange:
     value: str | None
 
 
+def rack_alternating(brokers: list[int], racks: dict[int, str]) -> list[int]:
+    """Brokers in an order that takes one from each rack in turn (Kafka's rack-aware
+    assignment: racks sorted by name, brokers by id within a rack); unchanged without racks."""
+    if not racks:
+        return brokers
+    by_rack: dict[str, list[int]] = {}
+    for broker in brokers:
+        by_rack.setdefault(racks.get(broker, ""), []).append(broker)
+    queues = [by_rack[r] for r in sorted(by_rack)]
+    ordered: list[int] = []
+    for n in range(max(len(q) for q in queues)):
+        ordered += [q[n] for q in queues if n < len(q)]
+    return ordered
+
+
 def diskless_coordinator_of(topic_id: uuid.UUID, partition: int, coordinators: int) -> int:
     """The coordinator of a new diskless partition: round robin from a per-topic start.
 
@@ -446,8 +461,11 @@ class QuorumController:
                                  f"Partition {partition} names unknown brokers {unknown}")
 
     def _place(self, partitions: int, factor: int, first: int = 0) -> dict[int, list[int]]:
-        """Round-robin over live brokers, shifted per partition as Kafka's placer does."""
-        brokers = sorted(self.live_brokers)
+        """Round-robin over live brokers, shifted per partition as Kafka's placer does; with
+        racks (broker.rack) the brokers alternate between racks, so consecutive partitions and
+        a partition's replicas land on different racks."""
+        brokers = rack_alternating(sorted(self.live_brokers), {
+            b: r.rack for b, r in self.image.brokers.items() if r.rack})
         return {p: [brokers[(p + i) % len(brokers)] for i in range(factor)]
                 for p in range(first, first + partitions)}
 

@@ -18,6 +18,7 @@ from kafka_ext.controller.quorum_controller import (
     ConfigChange,
     QuorumController,
     TopicCreation,
+    rack_alternating,
 )
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.server.config import format_config_value, validate_topic_config
@@ -646,3 +647,20 @@ async def test_diskless_topics_are_refused_on_several_brokers(
         "events", 2, configs={"diskless.enable": "true"}))
     assert result.error == ErrorCode.INVALID_CONFIG
     assert "single broker" in (result.message or "")
+
+
+def test_rack_aware_order_takes_one_broker_from_each_rack_in_turn() -> None:
+    racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c"}
+    assert rack_alternating([1, 2, 3, 4, 5], racks) == [1, 3, 5, 2, 4]
+    assert rack_alternating([1, 2, 3], {}) == [1, 2, 3]
+
+
+async def test_partitions_alternate_between_racks(controller: QuorumController) -> None:
+    for broker_id, rack in ((1, "a"), (2, "a"), (3, "b"), (4, "b")):
+        epoch = await controller.register_broker(
+            broker_id, uuid.uuid4(), [BrokerListener("PLAINTEXT", "h", 9000 + broker_id, 0)],
+            rack, [])
+        await controller.broker_heartbeat(broker_id, epoch, 1 << 40, False, False)
+    await _create(controller, TopicCreation("racked", 4, 1))
+    partitions = controller.image.topics_by_name["racked"].partitions
+    assert [partitions[p].leader for p in range(4)] == [1, 3, 2, 4]
