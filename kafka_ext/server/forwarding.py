@@ -30,11 +30,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Client requests that change metadata: answered by the active controller (Kafka forwards these
-# and the ACL and SCRAM ones, which later issues bring).
+# Client requests that change metadata, and DescribeQuorum: answered by the active controller
+# (Kafka forwards these and the ACL and SCRAM ones, which later issues bring).
 FORWARDED_APIS = frozenset({
     ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
     ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS,
+    ApiKey.DESCRIBE_QUORUM,  # only the leader knows every replica's position
 })
 FORWARD_TIMEOUT_S = 30.0
 RETRY_BACKOFF_S = 0.1
@@ -72,6 +73,9 @@ def error_response(api_key: int, request: Any, error: KafkaError) -> Any:
     """The answer giving every entry of a forwarded request `error` (Kafka's
     getErrorResponse): these APIs have no top-level error code."""
     code, message = int(error.code), error.message or None
+    if api_key == ApiKey.DESCRIBE_QUORUM:
+        return _reg["DescribeQuorumResponse"].cls(error_code=code, error_message=message,
+                                                  topics=[], nodes=[])
     if api_key == ApiKey.CREATE_TOPICS:
         cls = _reg["CreateTopicsResponse"].cls
         return cls(throttle_time_ms=0, topics=[cls.CreatableTopicResult(

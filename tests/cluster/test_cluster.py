@@ -109,8 +109,11 @@ def test_three_controllers_and_three_brokers(cluster_factory: Any) -> None:
                "the topic is led by the three brokers")
     acked = produce(b2, "events", 300)
     assert dict(consume_group(b3, "events", 300, "group-b")) == dict(acked)
-    status = cluster.quorum(b1)
+    status = cluster.quorum(b1)  # a broker forwards DescribeQuorum to the active controller
+    assert status.leader_id == leader
     assert sorted(v.replica_id for v in status.current_voters) == [1, 2, 3]
+    assert all(v.log_end_offset > 0 for v in status.current_voters)
+    assert sorted(o.replica_id for o in status.observers) == [101, 102, 103]
 
 
 def test_killed_active_controller_is_replaced_and_metadata_changes_go_on(
