@@ -70,6 +70,8 @@ def read_election_state(state_dir: Path) -> ElectionState:
         return ElectionState.decode(path.read_bytes())
     except FileNotFoundError:
         return ElectionState()
+    except ValueError as exc:  # never guess a vote: a voter must not vote twice in an epoch
+        raise ValueError(f"{path}: {exc}; restore it or reformat this node") from None
 
 
 def write_election_state(state_dir: Path, state: ElectionState) -> None:
@@ -116,7 +118,7 @@ class RaftManager:
         self._inbound: dict[int, asyncio.Future[RaftResponse]] = {}
         self._next_inbound_id = 1 << 40  # never collides with ids the core hands out
         self._applied_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._leader_waiters: list[asyncio.Future[None]] = []
+        self._progress_waiters: list[asyncio.Future[None]] = []  # woken after every step
         self.leader_high_watermark = -1  # the last high watermark a leader told us
         self._stopped = False
         self._last_state: tuple[Role, int, int] | None = None
@@ -204,7 +206,7 @@ class RaftManager:
                 if target > 0 and self.applied_offset >= target:
                     return
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._leader_waiters.append(future)
+            self._progress_waiters.append(future)
             await future
 
     # -- appends (the active controller) -----------------------------------------------------
@@ -234,7 +236,7 @@ class RaftManager:
         """Until this node has applied the metadata log below `offset` (whoever leads)."""
         while self.applied_offset < offset:
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._leader_waiters.append(future)
+            self._progress_waiters.append(future)
             await future
 
     # -- inbound requests --------------------------------------------------------------------
@@ -370,7 +372,7 @@ class RaftManager:
             else:
                 keep.append((end_offset, epoch, future))
         self._applied_waiters = keep
-        waiters, self._leader_waiters = self._leader_waiters, []
+        waiters, self._progress_waiters = self._progress_waiters, []
         for future in waiters:
             if not future.done():
                 future.set_result(None)
@@ -380,7 +382,7 @@ class RaftManager:
             if not future.done():
                 future.set_exception(error)
         self._applied_waiters = []
-        for future in self._leader_waiters:
+        for future in self._progress_waiters:
             if not future.done():
                 future.set_exception(error)
-        self._leader_waiters = []
+        self._progress_waiters = []
