@@ -48,7 +48,12 @@ def forwardable(handler: Handler) -> Handler:
     request goes to the active controller in an Envelope."""
     async def forward_or_handle(ctx: RequestContext, request: Any) -> Any:
         broker = ctx.broker
-        if ctx.forwarded or broker.controller.raft.is_leader:
+        raft = broker.controller.raft
+        # DescribeQuorum describes what this node knows when it knows no leader, rather than
+        # wait for one: a cut-off node must still say so.
+        local_without_leader = (ctx.header.request_api_key == ApiKey.DESCRIBE_QUORUM
+                                and raft.leader_id < 0)
+        if ctx.forwarded or raft.is_leader or local_without_leader:
             try:
                 return await handler(ctx, request)
             except KafkaError as exc:

@@ -38,7 +38,7 @@ def wait_until(predicate: Any, timeout_s: float, what: str) -> None:
         try:
             if predicate():
                 return
-        except KafkaException:
+        except (KafkaException, OSError):  # a node busy electing may not answer yet
             pass
         time.sleep(0.2)
     raise AssertionError(f"not within {timeout_s}s: {what}")
