@@ -96,7 +96,7 @@ def replay_time(node: Node) -> float:
 def bench_replay(root: Path, with_snapshot: bool) -> tuple[float, int]:
     """A single node with 3,000 topics, restarted: time to replay its metadata."""
     extra = {"metadata.log.max.record.bytes.between.snapshots":
-             "1048576" if with_snapshot else str(1 << 40)}
+             "65536" if with_snapshot else str(1 << 40)}
     cluster = Cluster(root, combined=1, extra=extra)
     try:
         cluster.start()
