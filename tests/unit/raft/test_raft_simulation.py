@@ -18,6 +18,8 @@ REGRESSION_SEEDS = {
     6: "a pre-vote answer naming the dead leader pulled every prospective back to follow it",
     5: "a follower whose pre-vote lost stayed prospective and never fetched again",
     27: "losing a voter's disk: the durability invariant must count only voters that can vote",
+    644: "a slow-disk follower and 16-entry fetches: the majority could never pass the epoch start",
+    1071: "observers downloading a snapshot the leader kept replacing never finished (livelock)",
 }
 
 
