@@ -91,7 +91,8 @@ def _topic(topic: TopicImage, gateways: _Gateways) -> Any:
     return _Topic(
         error_code=0, name=topic.name, topic_id=topic.topic_id,
         is_internal=topic.name in INTERNAL_TOPICS,
-        partitions=[_Partition(error_code=0, partition_index=p.partition_id, leader_id=p.leader,
+        partitions=[_Partition(error_code=_leader_error(p), partition_index=p.partition_id,
+                               leader_id=p.leader,
                                leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
                                isr_nodes=list(p.isr), offline_replicas=[],
                                preferred_produce_brokers=(gateways.of(p.diskless_coordinator)
@@ -120,3 +121,9 @@ def _unknown_topic_error(name: str) -> ErrorCode:
     except KafkaError:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _leader_error(partition: Any) -> int:
+    """LEADER_NOT_AVAILABLE for a partition without a leader (its broker is fenced or shutting
+    down), as Kafka answers; clients retry."""
+    return int(ErrorCode.LEADER_NOT_AVAILABLE) if partition.leader < 0 else 0
