@@ -156,8 +156,11 @@ def main() -> None:
         f"left) | {replay_snap * ms:.0f} ms |",
         "",
         "Failover is bounded below by the fetch timeout (the followers notice the leader is "
-        "gone) plus a pre-vote and a vote round; the 10,000-partition creation by one metadata "
-        "batch and the logs each broker creates for its partitions.", "",
+        "gone) plus a pre-vote and a vote round; the 10,000-partition creation by ten metadata "
+        "batches and the logs each broker creates for its partitions; CreateTopics-to-usable "
+        "includes a new admin client per broker per check (about 100 ms each). The replay "
+        "from a snapshot skips the records the snapshot holds (the log's bytes stay on disk "
+        "until their segment rolls).", "",
     ]
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if SECTION in text:

@@ -200,6 +200,7 @@ class Cluster:
     def __init__(self, root: Path, *, combined: int = 0, controllers: int = 0,
                  brokers: int = 0, extra: dict[str, str] | None = None) -> None:
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.nodes: dict[int, Node] = {}
         for n in range(1, combined + 1):
             self.nodes[n] = Node(self, n, "broker,controller")
