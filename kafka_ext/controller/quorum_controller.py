@@ -686,12 +686,17 @@ class QuorumController:
             return broker_epoch
 
     async def broker_heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int,
-                               want_fence: bool, want_shutdown: bool) -> HeartbeatAnswer:
-        """Keep a broker's session; unfence it once it has caught up, run its controlled
-        shutdown when it asks (leaderships move first, then it may stop)."""
+                               want_fence: bool, want_shutdown: bool,
+                               offline_log_dirs: list[uuid.UUID] | None = None
+                               ) -> HeartbeatAnswer:
+        """Keep a broker's session; record the log dirs it reports offline; unfence it once it
+        has caught up, run its controlled shutdown when it asks (leaderships move first, then
+        it may stop)."""
         async with self._lock:
             self._heartbeat_clock().touch(broker_id, time.monotonic() * 1000)
             known = check_broker_epoch(self.image, broker_id, broker_epoch)
+            if offline_log_dirs:
+                await self._mark_log_dirs_offline(broker_id, offline_log_dirs)
             caught_up = metadata_offset >= known.broker_epoch
             if want_shutdown:
                 if not known.fenced:
@@ -745,18 +750,25 @@ class QuorumController:
 
     # -- log dirs (JBOD, KIP-858) ---------------------------------------------------------------
 
-    async def update_broker_log_dirs(self, broker_id: int, online_dirs: list[uuid.UUID]) -> None:
-        """Record a broker's online log dirs; a registered dir missing from them is offline.
-
-        Kafka's broker reports OfflineLogDirs in BrokerHeartbeat; this single-node controller
-        writes the resulting BrokerRegistrationChangeRecord (v2 LogDirs) straight away.
-        """
+    async def mark_log_dirs_offline(self, broker_id: int,
+                                    offline_dirs: list[uuid.UUID]) -> None:
+        """Take the dirs a broker reports offline (BrokerHeartbeat OfflineLogDirs) out of its
+        online ones: a BrokerRegistrationChangeRecord (v2 LogDirs) lists those left. A dir comes
+        back only with the broker's next registration, as in Kafka."""
         async with self._lock:
-            if tuple(online_dirs) == self.image.broker_log_dirs.get(broker_id):
-                return
-            await self._commit([self._record("BrokerRegistrationChangeRecord",
-                                             broker_id=broker_id, broker_epoch=0,
-                                             log_dirs=list(online_dirs))])
+            await self._mark_log_dirs_offline(broker_id, offline_dirs)
+
+    async def _mark_log_dirs_offline(self, broker_id: int, offline_dirs: list[uuid.UUID]) -> None:
+        online = self.image.broker_log_dirs.get(broker_id, ())
+        remaining = [d for d in online if d not in offline_dirs]
+        if len(remaining) == len(online):
+            return
+        known = self.image.brokers.get(broker_id)
+        log.warning("broker %d reports log dir(s) %s offline", broker_id,
+                    ", ".join(str(d) for d in online if d in offline_dirs))
+        await self._commit([self._record(
+            "BrokerRegistrationChangeRecord", broker_id=broker_id,
+            broker_epoch=known.broker_epoch if known is not None else 0, log_dirs=remaining)])
 
     # -- commit ------------------------------------------------------------------------------
 

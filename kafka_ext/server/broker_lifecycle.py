@@ -46,6 +46,7 @@ class BrokerLifecycleManager:
         config = broker.config
         self.interval_s = int(str(config.values["broker.heartbeat.interval.ms"])) / 1000
         self._want_shutdown = False
+        self._heartbeat_now = asyncio.Event()
 
     async def start(self) -> None:
         """Register, then heartbeat until unfenced (this broker then serves)."""
@@ -78,6 +79,10 @@ class BrokerLifecycleManager:
                         CONTROLLED_SHUTDOWN_TIMEOUT_S)
         await self.stop()
 
+    def heartbeat_now(self) -> None:
+        """Send the next heartbeat at once (a log dir went offline: the controller must know)."""
+        self._heartbeat_now.set()
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
@@ -85,6 +90,7 @@ class BrokerLifecycleManager:
 
     async def _heartbeat_loop(self) -> None:
         while True:
+            self._heartbeat_now.clear()  # this heartbeat carries what was asked for so far
             try:
                 answer = await self._heartbeat()
             except KafkaError as exc:
@@ -104,7 +110,11 @@ class BrokerLifecycleManager:
                 self.fenced = answer.is_fenced
                 if not answer.is_fenced:
                     self._unfenced.set()
-            await asyncio.sleep(self.interval_s if not self.fenced else RETRY_BACKOFF_S)
+            try:
+                await asyncio.wait_for(self._heartbeat_now.wait(),
+                                       self.interval_s if not self.fenced else RETRY_BACKOFF_S)
+            except TimeoutError:
+                pass
 
     async def _with_retries(self, call: Any) -> Any:
         while True:
@@ -135,7 +145,8 @@ class BrokerLifecycleManager:
         request = _reg["BrokerHeartbeatRequest"].cls(
             broker_id=broker.node_id, broker_epoch=self.broker_epoch,
             current_metadata_offset=broker.controller.raft.applied_offset,
-            want_fence=False, want_shut_down=self._want_shutdown, offline_log_dirs=[])
+            want_fence=False, want_shut_down=self._want_shutdown,
+            offline_log_dirs=broker.log_dir_failures.offline_directory_ids())
         response = await self._to_controller(ApiKey.BROKER_HEARTBEAT, 1, request)
         if response.error_code:
             raise KafkaError(ErrorCode(response.error_code), "heartbeat refused")
@@ -190,7 +201,7 @@ async def answer_broker_heartbeat(broker: Broker, request: Any) -> Any:
     try:
         answer = await broker.controller.broker_heartbeat(
             request.broker_id, request.broker_epoch, request.current_metadata_offset,
-            request.want_fence, request.want_shut_down)
+            request.want_fence, request.want_shut_down, list(request.offline_log_dirs or ()))
     except KafkaError as exc:
         return Response(throttle_time_ms=0, error_code=exc.code, is_caught_up=False,
                         is_fenced=True, should_shut_down=False)

@@ -6,7 +6,8 @@ non-empty partition may return one whole batch beyond them so a large batch neve
 consumer; reading from an offset inside a batch returns the whole batch. Topic IDs replace names
 from v13. Sessions (v7+) are in fetch_session.py. Diskless partitions are read from their WAL
 objects (DisklessService.fetch) in the same response. Nothing here copies or decodes record
-bytes. A consumer over its consumer_byte_rate quota gets an empty answer with ThrottleTimeMs
+bytes. A partition led elsewhere carries KIP-951's CurrentLeader (v16+, server/leader_hints.py).
+A consumer over its consumer_byte_rate quota gets an empty answer with ThrottleTimeMs
 (docs/quotas.md).
 
 v0-3 (message formats v0/v1, read uncommitted up to the high watermark) are the exception: the
@@ -39,6 +40,7 @@ from kafka_ext.server.fetch_session import (
     CachedPartition,
     FetchSession,
 )
+from kafka_ext.server.leader_hints import add_leader_hints
 
 _Response = registry()["FetchResponse"].cls
 _TopicResponse = _Response.FetchableTopicResponse
@@ -117,8 +119,10 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             topic = responses[key] = _TopicResponse(topic=target.topic, topic_id=target.topic_id,
                                                     partitions=[])
         topic.partitions.append(data)
+    endpoints = add_leader_hints(broker, ((t.topic, p) for t in responses.values()
+                                          for p in t.partitions), _Response.NodeEndpoint)
     return _Response(error_code=0, session_id=session.session_id if session else 0,
-                     responses=list(responses.values()))
+                     responses=list(responses.values()), node_endpoints=endpoints)
 
 
 def _down_conversion_magic(api_version: int) -> int | None:

@@ -15,8 +15,9 @@ producer notices, as Kafka does. With one replica per partition, acks=1
 and acks=-1 are both satisfied once the batch is in the log. A diskless partition's batch goes
 to the WAL writer and is answered once its object is committed to the partition's coordinator
 (acks=1 and acks=-1 alike); acks=0 diskless appends finish in the background.
-A producer over its producer_byte_rate quota is answered with ThrottleTimeMs and muted
-(docs/quotas.md).
+A partition refused because another broker leads it carries KIP-951's CurrentLeader (v10+,
+server/leader_hints.py). A producer over its producer_byte_rate quota is answered with
+ThrottleTimeMs and muted (docs/quotas.md).
 
 v0-2 (message formats v0/v1, no transactional id): a v0/v1 message set is converted to one v2
 batch at this edge (protocol/legacy_records.py, as Kafka 3.x's LogValidator) and then takes the
@@ -46,6 +47,7 @@ from kafka_ext.protocol.record_batch import (
 )
 from kafka_ext.server.client_quota_manager import client_of, now_ms
 from kafka_ext.server.dispatcher import RequestContext
+from kafka_ext.server.leader_hints import add_leader_hints
 from kafka_ext.server.metadata import INTERNAL_TOPICS
 from kafka_ext.storage.log_validator import RecordValidationError
 
@@ -122,7 +124,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         if any(p.error_code for t in topics for p in t.partition_responses):
             raise CloseConnection("acks=0 produce failed")
         return None
-    return _Response(responses=topics)
+    endpoints = add_leader_hints(broker, ((t.name, p) for t in topics
+                                          for p in t.partition_responses), _Response.NodeEndpoint)
+    return _Response(responses=topics, node_endpoints=endpoints)
 
 
 def _to_batch(broker: Any, topic: str, message_set: Any) -> bytes | None:

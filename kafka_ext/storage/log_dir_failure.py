@@ -34,7 +34,6 @@ class LogDirFailureChannel:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._publishing: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         """Bind to the running loop and hook the LogManager's checkpoint writes."""
@@ -88,29 +87,17 @@ class LogDirFailureChannel:
             logger.critical("the metadata log or every log dir is offline: stopping the broker")
             os.kill(os.getpid(), signal.SIGTERM)  # the usual graceful shutdown
             return
-        self.publish()
-
-    def publish(self) -> None:
-        """Tell the controller which dirs are online (serialised: one update at a time)."""
-        loop = self._loop
-        if loop is None:
-            return
-        previous = self._publishing
-
-        async def update() -> None:
-            if previous is not None:
-                await asyncio.gather(previous, return_exceptions=True)
-            online = self.online_directory_ids()
-            try:
-                await self.broker.controller.update_broker_log_dirs(self.broker.node_id, online)
-            except KafkaError as exc:
-                logger.error("could not record the offline log dirs in the metadata: %s", exc)
-
-        self._publishing = loop.create_task(update())
+        self.broker.lifecycle.heartbeat_now()  # its OfflineLogDirs tell the controller
 
     def online_directory_ids(self) -> list[uuid.UUID]:
         lm = self.broker.log_manager
         return [lm.directory_id(d) for d in lm.online_dirs()]
+
+    def offline_directory_ids(self) -> list[uuid.UUID]:
+        """The dirs that went offline after they were loaded (BrokerHeartbeat OfflineLogDirs);
+        a dir that failed before its meta.properties was read was never registered."""
+        lm = self.broker.log_manager
+        return [lm.directory_id(d) for d in lm.offline_dirs if lm.has_directory_id(d)]
 
     # -- probing -----------------------------------------------------------------------------
 

@@ -197,6 +197,10 @@ class LogManager:
 
     # -- logs
 
+    def has_directory_id(self, log_dir: Path) -> bool:
+        """Whether `log_dir`'s meta.properties was read (a dir failing before has none)."""
+        return log_dir in self._directory_ids
+
     def directory_id(self, log_dir: Path) -> uuid.UUID:
         """The directory.id of a loaded log dir (JBOD: AssignReplicasToDirs, DescribeLogDirs)."""
         return self._directory_ids[log_dir]

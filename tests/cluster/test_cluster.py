@@ -5,6 +5,7 @@ cluster set-up; each test names the failure it makes."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections import defaultdict
 from typing import Any
@@ -13,6 +14,11 @@ import kafka
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kafka_ext.client.probe import round_trip
+from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.errors import ErrorCode
+from kafka_ext.protocol.messages import registry
+from kafka_ext.protocol.records import Record, build_batch
 from tests.cluster.conftest import Cluster, Node
 
 
@@ -60,6 +66,43 @@ def produce(node: Node, topic: str, count: int) -> dict[int, list[tuple[int, byt
     return acked
 
 
+def call(node: Node, api_key: int, version: int, **fields: Any) -> Any:
+    """One request on a fresh connection, decoded with our codec."""
+    with socket.create_connection(("127.0.0.1", node.client_port), timeout=30) as sock:
+        return round_trip(sock, api_key, version, registry().requests[api_key].cls(**fields), 1)
+
+
+def check_leader_hints(cluster: Cluster, topic: str, led: dict[int, int]) -> None:
+    """KIP-951: a broker that does not lead a partition says who does, in the refusal."""
+    partition, leader = next(iter(sorted(led.items())))
+    other = next(n for n in cluster.brokers if n.node_id != leader)
+    leader_node = next(n for n in cluster.brokers if n.node_id == leader)
+    requests = registry().requests
+    Produce, Fetch = requests[ApiKey.PRODUCE].cls, requests[ApiKey.FETCH].cls
+    batch = build_batch([Record(offset=0, timestamp=int(time.time() * 1000), key=None,
+                               value=b"x")])
+    produced = call(other, ApiKey.PRODUCE, 11, transactional_id=None, acks=-1, timeout_ms=10000,
+                    topic_data=[Produce.TopicProduceData(name=topic, partition_data=[
+                        Produce.PartitionProduceData(index=partition, records=batch)])])
+    Metadata = requests[ApiKey.METADATA].cls
+    topic_id = call(other, ApiKey.METADATA, 12, topics=[Metadata.MetadataRequestTopic(name=topic)],
+                    allow_auto_topic_creation=False,
+                    include_topic_authorized_operations=False).topics[0].topic_id
+    fetched = call(other, ApiKey.FETCH, 17, replica_id=-1, max_wait_ms=0, min_bytes=1,
+                   max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                   topics=[Fetch.FetchTopic(topic_id=topic_id, partitions=[
+                       Fetch.FetchPartition(partition=partition, fetch_offset=0,
+                                            partition_max_bytes=1 << 20)])],
+                   forgotten_topics_data=[], rack_id="")
+    for response, answer in ((produced, produced.responses[0].partition_responses[0]),
+                             (fetched, fetched.responses[0].partitions[0])):
+        assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert answer.current_leader.leader_id == leader
+        assert answer.current_leader.leader_epoch >= 0
+        assert [(e.node_id, e.port) for e in response.node_endpoints] == [
+            (leader, leader_node.client_port)]
+
+
 def consume_group(node: Node, topic: str, count: int, group: str
                   ) -> dict[int, list[tuple[int, bytes]]]:
     consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group,
@@ -86,6 +129,7 @@ def test_three_combined_nodes_serve_a_topic_led_by_every_broker(cluster_factory:
     assert set(led.values()) == {1, 2, 3}
     wait_until(lambda: leaders(n1, "orders") == leaders(n3, "orders") == led, 10,
                "every broker has the same metadata")
+    check_leader_hints(cluster, "orders", led)
     acked = produce(n3, "orders", 900)
     got = consume_group(n1, "orders", 900, "group-a")
     assert dict(got) == dict(acked)  # every record, once, in order, at its offset

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kafka_ext.controller.cluster_control import BrokerListener
 from kafka_ext.controller.image import BROKER_RESOURCE, MetadataImage
 from kafka_ext.controller.quorum_controller import ConfigChange, QuorumController, image_from_log
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
@@ -58,14 +59,20 @@ def test_a_dir_missing_from_the_registration_is_offline_until_it_returns() -> No
     assert back.offline_log_dirs[1] == ()
 
 
-async def test_controller_records_online_dirs_and_replays_them(controller: QuorumController,
-                                                               tmp_path: Path) -> None:
-    await controller.update_broker_log_dirs(1, [DIR_A, DIR_B])
+async def test_controller_records_dirs_reported_offline_and_replays_them(
+        controller: QuorumController, tmp_path: Path) -> None:
+    await controller.register_broker(1, uuid.uuid4(),
+                                     [BrokerListener("PLAINTEXT", "localhost", 9092, 0)], None,
+                                     [DIR_A, DIR_B])
+    assert controller.image.broker_log_dirs[1] == (DIR_A, DIR_B)
     end = controller.log.log_end_offset
-    await controller.update_broker_log_dirs(1, [DIR_A, DIR_B])  # unchanged: nothing written
+    await controller.mark_log_dirs_offline(1, [uuid.UUID(int=0xC)])  # not its dir: nothing
     assert controller.log.log_end_offset == end
-    await controller.update_broker_log_dirs(1, [DIR_A])
+    await controller.mark_log_dirs_offline(1, [DIR_B])
     assert controller.image.offline_log_dirs[1] == (DIR_B,)
+    end = controller.log.log_end_offset
+    await controller.mark_log_dirs_offline(1, [DIR_B])  # already offline: nothing written
+    assert controller.log.log_end_offset == end
     assert image_from_log(controller.log).offline_log_dirs == {1: (DIR_B,)}
 
 
