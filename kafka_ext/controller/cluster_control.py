@@ -5,22 +5,27 @@ Pure functions of the metadata image produce the records; `BrokerHeartbeats` kee
 the active controller knows, in memory: when each broker last sent a heartbeat. A new active
 controller starts every broker's clock afresh, as Kafka's does, so a failover fences nobody.
 
-Until partitions replicate (issue 14) a partition has one replica: a fenced or shutting-down
-broker's partitions go offline (leader -1) and come back when it is unfenced.
+Leaders and ISRs change through controller/partition_change.py: a fenced or shutting-down
+broker leaves the ISRs and its leaderships move to another in-sync replica; a partition whose
+only in-sync replica it was goes offline (leader -1) until it returns.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kafka_ext.controller.image import BrokerRegistration, MetadataImage
+from kafka_ext.controller.image import BrokerRegistration, MetadataImage, PartitionImage
+from kafka_ext.controller.partition_change import NO_LEADER, partition_change
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 
-NO_LEADER = -1
+log = logging.getLogger(__name__)
+
+UncleanPolicy = Callable[[str], bool]  # topic name -> unclean.leader.election.enable
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +79,8 @@ class BrokerHeartbeats:
 
 def registration_records(image: MetadataImage, broker_id: int, incarnation_id: uuid.UUID,
                          broker_epoch: int, listeners: list[BrokerListener], rack: str | None,
-                         log_dirs: list[uuid.UUID], heartbeat_alive: bool) -> list[Any]:
+                         log_dirs: list[uuid.UUID], heartbeat_alive: bool,
+                         unclean: UncleanPolicy) -> list[Any]:
     """A (re)registration, fenced until the broker has caught up; DUPLICATE_BROKER_REGISTRATION
     while another incarnation of the id is alive (Kafka's rule)."""
     known = image.brokers.get(broker_id)
@@ -92,7 +98,7 @@ def registration_records(image: MetadataImage, broker_id: int, incarnation_id: u
                              for lst in listeners],
                  features=[], rack=rack, fenced=True, in_controlled_shutdown=False,
                  log_dirs=list(log_dirs))
-    return [record, *_leaderships_of(image, broker_id, NO_LEADER)]
+    return [record, *_without(image, broker_id, unclean)]
 
 
 def check_broker_epoch(image: MetadataImage, broker_id: int, broker_epoch: int
@@ -107,63 +113,80 @@ def check_broker_epoch(image: MetadataImage, broker_id: int, broker_epoch: int
     return known
 
 
-def unfence_records(image: MetadataImage, broker_id: int) -> list[Any]:
-    """The broker may lead again: unfenced, and leader of its offline partitions."""
+def alive_brokers(image: MetadataImage, *, without: int = NO_LEADER) -> set[int]:
+    """Brokers that may lead or stay in an ISR: unfenced and not shutting down (KIP-841)."""
+    return {b.broker_id for b in image.live_brokers()
+            if not b.in_controlled_shutdown and b.broker_id != without}
+
+
+def unfence_records(image: MetadataImage, broker_id: int, unclean: UncleanPolicy) -> list[Any]:
+    """The broker may lead again: unfenced, and leader of the leaderless partitions whose ISR
+    it is in (of any it hosts, where unclean election is allowed)."""
     known = image.brokers[broker_id]
     records = [_new("UnfenceBrokerRecord", id=broker_id, epoch=known.broker_epoch)]
-    for topic_id, partition, _ in _partitions_of(image, broker_id):
-        part = image.topics_by_id[topic_id].partitions[partition]
+    alive = alive_brokers(image) | {broker_id}
+    for topic_id, part in _partitions_of(image, broker_id):
         if part.leader == NO_LEADER:
-            records.append(_leader_change(topic_id, partition, broker_id))
+            records += _changes(image, topic_id, part, alive, unclean)
     return records
 
 
-def fence_records(image: MetadataImage, broker_id: int) -> list[Any]:
-    """Fence a broker (session expired or shut down): it leads nothing any more."""
+def fence_records(image: MetadataImage, broker_id: int, unclean: UncleanPolicy) -> list[Any]:
+    """Fence a broker (session expired, re-registered or shut down): it leaves every ISR it can
+    leave and leads nothing any more."""
     known = image.brokers[broker_id]
     return [_new("FenceBrokerRecord", id=broker_id, epoch=known.broker_epoch),
-            *_leaderships_of(image, broker_id, NO_LEADER)]
+            *_without(image, broker_id, unclean)]
 
 
-def controlled_shutdown_records(image: MetadataImage, broker_id: int) -> list[Any]:
-    """Controlled shutdown: marked as shutting down, and its leaderships move to another live
-    replica (none with one replica: the partition waits offline for it)."""
+def controlled_shutdown_records(image: MetadataImage, broker_id: int,
+                                unclean: UncleanPolicy) -> list[Any]:
+    """Controlled shutdown: marked as shutting down; its leaderships move to another alive
+    in-sync replica and it leaves the ISRs (a partition it is the last in-sync replica of keeps
+    it in the ISR with no leader, as Kafka's controller leaves it)."""
     known = image.brokers[broker_id]
     records: list[Any] = []
     if not known.in_controlled_shutdown:
         records.append(_new("BrokerRegistrationChangeRecord", broker_id=broker_id,
                             broker_epoch=known.broker_epoch, fenced=0,
                             in_controlled_shutdown=1, log_dirs=[]))
-    live = {b.broker_id for b in image.live_brokers()
-            if b.broker_id != broker_id and not b.in_controlled_shutdown}
-    for topic_id, partition, leads in _partitions_of(image, broker_id):
-        if not leads:
-            continue
-        part = image.topics_by_id[topic_id].partitions[partition]
-        successor = next((r for r in part.isr if r in live), NO_LEADER)
-        records.append(_leader_change(topic_id, partition, successor))
+    alive = alive_brokers(image, without=broker_id)
+    for topic_id, part in _partitions_of(image, broker_id):
+        records += _changes(image, topic_id, part, alive, unclean)
     return records
 
 
 def leads_anything(image: MetadataImage, broker_id: int) -> bool:
-    return any(leads for _, _, leads in _partitions_of(image, broker_id))
+    return any(part.leader == broker_id for _, part in _partitions_of(image, broker_id))
 
 
-def _leaderships_of(image: MetadataImage, broker_id: int, new_leader: int) -> Iterator[Any]:
-    for topic_id, partition, leads in _partitions_of(image, broker_id):
-        if leads:
-            yield _leader_change(topic_id, partition, new_leader)
+def _without(image: MetadataImage, broker_id: int, unclean: UncleanPolicy) -> list[Any]:
+    alive = alive_brokers(image, without=broker_id)
+    records: list[Any] = []
+    for topic_id, part in _partitions_of(image, broker_id):
+        records += _changes(image, topic_id, part, alive, unclean)
+    return records
 
 
-def _partitions_of(image: MetadataImage, broker_id: int) -> Iterator[tuple[uuid.UUID, int, bool]]:
-    """(topic id, partition, whether the broker leads it) of every classic partition with a
-    replica on the broker. Diskless partitions have no leader to move."""
+def _changes(image: MetadataImage, topic_id: uuid.UUID, part: PartitionImage, alive: set[int],
+             unclean: UncleanPolicy) -> list[Any]:
+    topic = image.topics_by_id[topic_id]
+    change = partition_change(topic_id, part, alive, unclean(topic.name))
+    if change is None:
+        return []
+    record, chosen = change
+    if chosen.unclean:
+        log.warning("unclean leader election: broker %d leads %s-%d without being in sync; "
+                    "acknowledged writes it missed are lost", chosen.leader, topic.name,
+                    part.partition_id)
+    return [record]
+
+
+def _partitions_of(image: MetadataImage, broker_id: int
+                   ) -> Iterator[tuple[uuid.UUID, PartitionImage]]:
+    """(topic id, partition) of every classic partition with a replica on the broker.
+    Diskless partitions have no leader to move."""
     for topic in image.topics_by_id.values():
         for part in topic.partitions.values():
             if broker_id in part.replicas and not part.is_diskless:
-                yield topic.topic_id, part.partition_id, part.leader == broker_id
-
-
-def _leader_change(topic_id: uuid.UUID, partition: int, leader: int) -> Any:
-    return _new("PartitionChangeRecord", topic_id=topic_id, partition_id=partition,
-                leader=leader)
+                yield topic.topic_id, part

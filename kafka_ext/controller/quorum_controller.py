@@ -29,6 +29,7 @@ from kafka_ext.controller.cluster_control import (
     BrokerHeartbeats,
     BrokerListener,
     HeartbeatAnswer,
+    alive_brokers,
     check_broker_epoch,
     controlled_shutdown_records,
     fence_records,
@@ -36,8 +37,15 @@ from kafka_ext.controller.cluster_control import (
     registration_records,
     unfence_records,
 )
-from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from kafka_ext.controller.image import (
+    BROKER_RESOURCE,
+    TOPIC_RESOURCE,
+    MetadataImage,
+    PartitionImage,
+    TopicImage,
+)
 from kafka_ext.controller.metadata_log import METADATA_TOPIC, replay
+from kafka_ext.controller.partition_change import LEADER_UNCHANGED
 from kafka_ext.controller.quorum_status import QuorumStatusSource, RaftQuorumStatus
 from kafka_ext.controller.snapshot import read_snapshot_image, write_snapshot
 from kafka_ext.network.node_client import NodeChannels
@@ -79,6 +87,7 @@ RESERVED_TOPICS = frozenset({METADATA_TOPIC})
 # imports this module, uses this name).
 DISKLESS_METADATA_TOPIC = "__diskless_metadata"
 DISKLESS_ENABLE_CONFIG = "diskless.enable"
+UNCLEAN_CONFIG = "unclean.leader.election.enable"
 # The coordinators' own topics keep local logs.
 _NEVER_DISKLESS = frozenset({METADATA_TOPIC, DISKLESS_METADATA_TOPIC, "__consumer_offsets",
                              "__transaction_state"})
@@ -115,6 +124,25 @@ class TopicCreationResult:
     num_partitions: int = -1
     replication_factor: int = -1
     configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class IsrChange:
+    """One partition of an AlterPartition: the ISR its leader proposes, with the epochs it
+    holds (both must be the controller's current ones)."""
+
+    topic_id: uuid.UUID
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class IsrChangeResult:
+    change: IsrChange
+    error: ErrorCode
+    partition: PartitionImage | None = None  # the partition after the change, when it applied
 
 
 @dataclass(slots=True)
@@ -183,7 +211,8 @@ class QuorumController:
                  diskless_coordinators: int = 10, raft: RaftManager | None = None,
                  snapshot_bytes: int = 20 * 1024 * 1024,
                  snapshot_interval_ms: int = 3600000,
-                 broker_session_timeout_ms: int = 9000, is_broker: bool = True) -> None:
+                 broker_session_timeout_ms: int = 9000, is_broker: bool = True,
+                 unclean_leader_election: bool = False) -> None:
         """`raft` is the node's metadata quorum member; without one, this node is a quorum of
         itself (the embedded single node, and unit tests)."""
         self.node_id = node_id
@@ -205,6 +234,7 @@ class QuorumController:
         self.listeners: list[ImageListener] = []
         self.heartbeats = BrokerHeartbeats(broker_session_timeout_ms)
         self.is_broker = is_broker  # process.roles has broker: may place on itself
+        self.unclean_leader_election = unclean_leader_election  # the static broker default
         self._heartbeats_epoch = -1  # the quorum epoch the heartbeat clocks belong to
         # DescribeQuorum's source: this node alone until the Raft core feeds it (the broker
         # gives it the voter's directory id and endpoints).
@@ -408,11 +438,6 @@ class QuorumController:
             if factor <= 0:
                 raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                  "Replication factor must be larger than 0.")
-            if factor > 1:
-                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                                 f"Replication factor {factor} is not served yet: partitions "
-                                 "have one replica until replication (issue 14) lands, since "
-                                 "followers that copy nothing would lose data on failover.")
             if factor > len(self.live_brokers):
                 raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                  f"Unable to replicate the partition {factor} time(s): The "
@@ -679,7 +704,7 @@ class QuorumController:
             alive = heartbeats.alive(self.image, broker_id, now_ms)
             broker_epoch = self.raft.log.log_end_offset
             records = registration_records(self.image, broker_id, incarnation_id, broker_epoch,
-                                           listeners, rack, log_dirs, alive)
+                                           listeners, rack, log_dirs, alive, self.unclean_allowed)
             await self._commit(records)
             heartbeats.touch(broker_id, time.monotonic() * 1000)
             log.info("broker %d registered (epoch %d)", broker_id, broker_epoch)
@@ -700,19 +725,19 @@ class QuorumController:
             caught_up = metadata_offset >= known.broker_epoch
             if want_shutdown:
                 if not known.fenced:
-                    records = controlled_shutdown_records(self.image, broker_id)
+                    records = controlled_shutdown_records(self.image, broker_id, self.unclean_allowed)
                     if records:
                         await self._commit(records)
                     if not leads_anything(self.image, broker_id):
-                        await self._commit(fence_records(self.image, broker_id))
+                        await self._commit(fence_records(self.image, broker_id, self.unclean_allowed))
                         log.info("broker %d finished its controlled shutdown", broker_id)
                 known = self.image.brokers[broker_id]
                 return HeartbeatAnswer(caught_up, known.fenced, known.fenced)
             if known.fenced and caught_up and not want_fence:
-                await self._commit(unfence_records(self.image, broker_id))
+                await self._commit(unfence_records(self.image, broker_id, self.unclean_allowed))
                 log.info("broker %d unfenced", broker_id)
             elif not known.fenced and want_fence:
-                await self._commit(fence_records(self.image, broker_id))
+                await self._commit(fence_records(self.image, broker_id, self.unclean_allowed))
             return HeartbeatAnswer(caught_up, self.image.brokers[broker_id].fenced, False)
 
     async def fence_expired_brokers(self) -> None:
@@ -725,7 +750,81 @@ class QuorumController:
             for broker_id in expired:
                 log.warning("fencing broker %d: no heartbeat for %d ms", broker_id,
                             self.heartbeats.session_timeout_ms)
-                await self._commit(fence_records(self.image, broker_id))
+                try:
+                    await self._commit(fence_records(self.image, broker_id,
+                                                     self.unclean_allowed))
+                except KafkaError as exc:  # leadership moved: the next controller fences
+                    if exc.code != ErrorCode.NOT_CONTROLLER:
+                        raise
+                    log.info("could not fence broker %d: %s", broker_id, exc)
+                    return
+
+    def unclean_allowed(self, topic: str) -> bool:
+        """unclean.leader.election.enable of a topic: its own, else the cluster's dynamic
+        default, else this controller's static one."""
+        value = self.image.topic_configs(topic).get(
+            UNCLEAN_CONFIG, self.image.configs.get((BROKER_RESOURCE, ""), {}).get(UNCLEAN_CONFIG))
+        return self.unclean_leader_election if value is None else value == "true"
+
+    # -- ISR changes (AlterPartition 56, KIP-497) ----------------------------------------------
+
+    async def alter_partition(self, broker_id: int, broker_epoch: int,
+                              changes: list[IsrChange]) -> list[IsrChangeResult]:
+        """Apply the ISRs a partition leader proposes; each is checked against the partition
+        as it is now (leader, leader epoch, partition epoch, eligible members) and committed,
+        the valid ones in one batch. STALE_BROKER_EPOCH for the whole request is raised."""
+        async with self._lock:
+            check_broker_epoch(self.image, broker_id, broker_epoch)
+            alive = alive_brokers(self.image)
+            results: list[IsrChangeResult] = []
+            records: list[Any] = []
+            for change in changes:
+                try:
+                    topic, part = self._partition_for_isr_change(broker_id, change, alive)
+                except KafkaError as exc:
+                    results.append(IsrChangeResult(change, exc.code))
+                    continue
+                if tuple(change.new_isr) != part.isr:
+                    records.append(self._record(
+                        "PartitionChangeRecord", topic_id=topic.topic_id,
+                        partition_id=part.partition_id, leader=LEADER_UNCHANGED,
+                        isr=list(change.new_isr)))
+                results.append(IsrChangeResult(change, ErrorCode.NONE))
+            if records:
+                await self._commit(records)
+            for result in results:
+                if result.error == ErrorCode.NONE:
+                    result.partition = self.image.topics_by_id[
+                        result.change.topic_id].partitions[result.change.partition]
+            return results
+
+    def _partition_for_isr_change(self, broker_id: int, change: IsrChange, alive: set[int]
+                                  ) -> tuple[TopicImage, PartitionImage]:
+        topic = self.image.topics_by_id.get(change.topic_id)
+        if topic is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, str(change.topic_id))
+        part = topic.partitions.get(change.partition)
+        if part is None or part.is_diskless:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"{topic.name}-{change.partition}")
+        if part.leader != broker_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"broker {broker_id} does not lead {topic.name}-{change.partition}")
+        if change.leader_epoch != part.leader_epoch:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {change.leader_epoch} "
+                             f"is not {part.leader_epoch}")
+        if change.partition_epoch != part.partition_epoch:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, f"partition epoch "
+                             f"{change.partition_epoch} is not {part.partition_epoch}")
+        new_isr = change.new_isr
+        if (not new_isr or broker_id not in new_isr or len(set(new_isr)) != len(new_isr)
+                or any(r not in part.replicas for r in new_isr)):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"ISR {list(new_isr)} is not a set of "
+                             f"replicas {list(part.replicas)} holding the leader")
+        if any(r not in alive and r not in part.isr for r in new_isr):
+            raise KafkaError(ErrorCode.INELIGIBLE_REPLICA, "a fenced or shutting-down broker "
+                             f"cannot join the ISR ({list(new_isr)})")
+        return topic, part
 
     # -- producer ids ------------------------------------------------------------------------
 

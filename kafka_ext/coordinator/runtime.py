@@ -38,8 +38,6 @@ T = TypeVar("T")
 
 # Bytes of log read per load step; the loop runs other work between steps.
 LOAD_CHUNK_BYTES = 1 << 20
-# How often a write re-checks the high watermark while followers catch up (clusters only).
-_HIGH_WATERMARK_POLL_S = 0.005
 
 # Append errors as Kafka's coordinators report them to clients: the partition is moving or gone.
 _APPEND_ERROR_MAP = {
@@ -316,11 +314,14 @@ class CoordinatorRuntime(Generic[S]):
                              f"this node no longer coordinates {self.topic}-{ctx.partition}")
 
     async def _await_high_watermark(self, ctx: _ShardContext[S], offset: int) -> None:
-        """Wait until the partition's high watermark reaches `offset` (at once on one node)."""
+        """Wait until the partition's high watermark reaches `offset` (at once when its leader
+        is its whole ISR); NOT_COORDINATOR if the shard is unloaded meanwhile."""
         hosted = self.broker.replica_manager.partitions.get((self.topic, ctx.partition))
-        while hosted is not None and hosted.log.high_watermark < offset:
-            self._check_current(ctx)
-            await asyncio.sleep(_HIGH_WATERMARK_POLL_S)
+        if hosted is not None and hosted.log.high_watermark < offset:
+            try:
+                await self.broker.replica_manager.wait_for_high_watermark(hosted, offset)
+            except KafkaError as exc:  # leadership moved
+                raise _mapped(exc) from exc
         self._check_current(ctx)
 
     # -- timers ------------------------------------------------------------------------------

@@ -1,9 +1,13 @@
-"""ReplicaManager: the partitions this broker hosts, produce appends, fetch reads, fetch purgatory.
+"""ReplicaManager: the partitions this broker hosts, produce appends, fetch reads, purgatories.
 
-Mirrors Kafka's ReplicaManager for a single replica per partition: the leader's high watermark
-is its log end offset once an append is in the log (every replica of the ISR has it). Batches
-are validated and appended whole; nothing here decodes a record. Everything runs on the event
-loop; fsync happens in the broker's flush task, off the loop.
+Mirrors Kafka's ReplicaManager. Each hosted replica is a `Partition` (replication/partition.py)
+that leads or follows as the metadata image says. A leader appends producers' batches and
+serves consumers up to its high watermark; followers fetch from it (replication/
+replica_fetcher.py) and each fetch tells it how far they are, which moves the high watermark
+and the ISR (changes proposed to the controller through AlterPartition, replication/
+alter_partition_manager.py). acks=all produces wait in a purgatory the high watermark wakes.
+Batches are validated and appended whole; nothing here decodes a record. Everything runs on the
+event loop; fsync happens in the broker's flush task, off the loop.
 """
 
 from __future__ import annotations
@@ -11,9 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,37 +28,12 @@ from kafka_ext.protocol.records import (
     build_end_txn_marker,
     recompress_batch,
 )
+from kafka_ext.replication.partition import Partition
 from kafka_ext.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-
-
-@dataclass(slots=True)
-class Partition:
-    """A hosted partition; guarded by the event loop."""
-
-    topic: str
-    partition: int
-    topic_id: uuid.UUID
-    log: Any  # storage.log.UnifiedLog
-    leader_epoch: int
-    is_leader: bool
-
-    @property
-    def high_watermark(self) -> int:
-        return self.log.high_watermark
-
-    def check_leader_epoch(self, requested: int) -> None:
-        """KIP-320: a client ahead of our epoch is told to wait, one behind is fenced; -1 skips."""
-        if requested == -1 or requested == self.leader_epoch:
-            return
-        if requested > self.leader_epoch:
-            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH,
-                             f"epoch {requested} is newer than ours ({self.leader_epoch})")
-        raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
-                         f"epoch {requested} is older than ours ({self.leader_epoch})")
 
 
 class ReplicaManager:
@@ -76,19 +53,28 @@ class ReplicaManager:
         self._image = MetadataImage()
         # (log, error) of a failed disk write; the broker takes the log's dir offline (KIP-112).
         self.on_storage_error: Callable[[Any, OSError], None] = lambda plog, exc: None
+        # Set by the broker: where ISR changes go (AlterPartitionManager.submit), and where the
+        # partitions this broker follows go ({tp: (leader id, leader epoch)} to the fetchers).
+        self.propose_isr: Callable[[Partition, tuple[int, ...]], None] = lambda p, isr: None
+        self.on_followed: Callable[[dict[TopicPartition, Partition]], None] = lambda tps: None
+        self.replica_lag_time_max_ms = 30000
+        self.clock_ms: Callable[[], float] = lambda: time.monotonic() * 1000
 
     # -- metadata changes --------------------------------------------------------------------
 
     def apply_image(self, old: MetadataImage | None, new: MetadataImage) -> None:
-        """Create logs for new partitions, delete logs of removed topics, refresh configs.
+        """Create logs for new replicas, take the roles the image gives (leader or follower of
+        an epoch), delete logs of removed topics and replicas, refresh configs.
 
         Diskless partitions get no log: their data lives in WAL objects (kafka_ext.diskless).
         """
         self._image = new
+        assigned: set[TopicPartition] = set()
         for topic in new.topics_by_name.values():
             for part in topic.partitions.values():
                 if self.node_id in part.replicas and not part.is_diskless:
                     tp = (topic.name, part.partition_id)
+                    assigned.add(tp)
                     try:
                         self._ensure_partition(topic, part)
                     except (OSError, KafkaError) as exc:  # this partition only; retried later
@@ -101,14 +87,16 @@ class ReplicaManager:
                     hosted = self.partitions.get((topic.name, p))
                     if hosted is not None:
                         hosted.log.update_config(self.log_config_for(topic.name, new))
+        # Partitions of deleted topics, and replicas moved off this broker (reassignment).
         removed = [tp for tp, p in self.partitions.items()
-                   if new.topics_by_id.get(p.topic_id) is None]
+                   if new.topics_by_id.get(p.topic_id) is None or tp not in assigned]
         for tp in removed:
             self._remove_partition(tp)
         for tp in [tp for tp in self.storage_errors if tp[0] not in new.topics_by_name]:
             del self.storage_errors[tp]
         for tp in [tp for tp in self._data_waiters if tp[0] not in new.topics_by_name]:
             self._notify_data(tp)  # fetches long-polling a deleted diskless topic see the error
+        self.on_followed({tp: p for tp, p in self.partitions.items() if not p.is_leader})
 
     def _ensure_partition(self, topic: TopicImage, part: PartitionImage) -> None:
         tp = (topic.name, part.partition_id)
@@ -126,15 +114,36 @@ class ReplicaManager:
                                                    self.log_config_for(topic.name, None))
             else:  # loaded at start-up with the broker's defaults: the topic's configs apply
                 plog.update_config(self.log_config_for(topic.name, None))
-            plog.high_watermark = max(plog.high_watermark, plog.log_end_offset)
-            hosted = Partition(topic.name, part.partition_id, topic.topic_id, plog,
-                               part.leader_epoch, part.leader == self.node_id)
+            hosted = Partition(topic.name, part.partition_id, topic.topic_id, plog, self.node_id)
             self.partitions[tp] = hosted
+        was_leader, old_epoch = hosted.is_leader, hosted.leader_epoch
+        hosted.replicas = part.replicas
+        if part.partition_epoch >= hosted.partition_epoch:
+            hosted.isr = part.isr
+            hosted.partition_epoch = part.partition_epoch
+            if hosted.pending_isr is not None and set(hosted.pending_isr) == set(part.isr):
+                hosted.pending_isr = None  # the change we asked for, now committed
+        hosted.leader_id = part.leader
         hosted.leader_epoch = part.leader_epoch
-        hosted.is_leader = part.leader == self.node_id
+        if hosted.is_leader:
+            if not was_leader or old_epoch != part.leader_epoch:
+                hosted.become_leader(self.clock_ms())
+                log.info("leading %s-%d in epoch %d (ISR %s)", *tp, part.leader_epoch,
+                         list(part.isr))
+            hosted.track_replicas()  # replicas a reassignment added or removed
+            self._maybe_advance_high_watermark(hosted)  # an ISR shrink may let it move
+        elif was_leader or old_epoch != part.leader_epoch:
+            hosted.fail_waiters(KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                           f"{topic.name}-{part.partition_id} is now led by "
+                                           f"broker {part.leader}"))
+            hosted.followers = {}
+            hosted.pending_isr = None
+            self._notify_data(tp)  # fetches waiting on it answer NOT_LEADER_OR_FOLLOWER
 
     def _remove_partition(self, tp: TopicPartition) -> None:
-        self.partitions.pop(tp)
+        hosted = self.partitions.pop(tp)
+        hosted.fail_waiters(KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                       f"{tp[0]}-{tp[1]} is no longer hosted here"))
         self.remove_dir(self.log_manager.detach_log(*tp))
         for event in self._data_waiters.pop(tp, ()):  # wake fetchers: they see the error
             event.set()
@@ -193,8 +202,8 @@ class ReplicaManager:
         except OSError as exc:  # KIP-112: the log's dir goes offline, not the broker
             self.on_storage_error(plog, exc)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition}: {exc}") from exc
-        plog.high_watermark = plog.log_end_offset  # sole replica of the ISR
-        self._notify_data((topic, partition))
+        self._notify_data((topic, partition))  # followers long-polling for it
+        self._maybe_advance_high_watermark(hosted)  # at once when the leader is the whole ISR
         return info
 
     def append_control_batch(self, topic: str, partition: int, producer_id: int,
@@ -215,9 +224,95 @@ class ReplicaManager:
         except OSError as exc:  # KIP-112: the log's dir goes offline, not the broker
             self.on_storage_error(plog, exc)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition}: {exc}") from exc
-        plog.high_watermark = plog.log_end_offset  # sole replica of the ISR
-        self._notify_data((topic, partition))  # read_committed fetchers wait for the LSO
+        self._notify_data((topic, partition))  # followers; read_committed fetchers (the LSO)
+        self._maybe_advance_high_watermark(hosted)
         return int(info.first_offset)
+
+    # -- acks=all and min.insync.replicas -----------------------------------------------------
+
+    def check_min_insync(self, topic: str, partition: int) -> None:
+        """Before an acks=all append: NOT_ENOUGH_REPLICAS when the ISR is smaller than the
+        topic's min.insync.replicas (nothing is appended then)."""
+        hosted = self.leader_partition(topic, partition)
+        needed = hosted.log.config.min_insync_replicas
+        if len(hosted.isr) < needed:
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                             f"{topic}-{partition} has {len(hosted.isr)} in-sync replica(s) "
+                             f"{list(hosted.isr)}, below min.insync.replicas {needed}")
+
+    def wait_for_acks(self, topic: str, partition: int, end_offset: int,
+                      timeout_s: float) -> Awaitable[None] | None:
+        """The acks=all purgatory: None when every ISR member already has the batch (the high
+        watermark reached `end_offset`: at once when the leader is the whole ISR), else what to
+        await until it does. Failures: REQUEST_TIMED_OUT after `timeout_s`,
+        NOT_LEADER_OR_FOLLOWER if leadership moves first, NOT_ENOUGH_REPLICAS_AFTER_APPEND when
+        the ISR it reached is below min.insync.replicas (the batch is in the log; the
+        producer retries)."""
+        hosted = self.leader_partition(topic, partition)
+        if hosted.high_watermark >= end_offset:
+            _check_isr_after_append(hosted)
+            return None
+        return self._await_acks(hosted, end_offset, timeout_s)
+
+    async def _await_acks(self, hosted: Partition, end_offset: int, timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(hosted.wait_for_high_watermark(end_offset), timeout_s)
+        except TimeoutError:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
+                             f"{hosted.topic}-{hosted.partition}: the in-sync replicas "
+                             f"{list(hosted.maximal_isr)} did not all reach offset {end_offset} "
+                             "in time") from None
+        _check_isr_after_append(hosted)
+
+    async def wait_for_high_watermark(self, hosted: Partition, end_offset: int) -> None:
+        """Until `hosted`'s high watermark reaches `end_offset` (coordinators, markers)."""
+        await hosted.wait_for_high_watermark(end_offset)
+
+    # -- followers, as their leader sees them ------------------------------------------------
+
+    def record_follower_fetch(self, hosted: Partition, replica_id: int, fetch_offset: int,
+                              log_start_offset: int) -> None:
+        """A follower's fetch at `fetch_offset`: it may join the ISR, and the high watermark
+        may move (waking acks=all produces and consumers)."""
+        hosted.record_follower_fetch(replica_id, fetch_offset, log_start_offset, self.clock_ms())
+        if hosted.pending_isr is None and hosted.may_join_isr(replica_id):
+            log.info("%s-%d: broker %d caught up, asking for it to join the ISR",
+                     hosted.topic, hosted.partition, replica_id)
+            self._propose(hosted, hosted.isr + (replica_id,))
+        self._maybe_advance_high_watermark(hosted)
+
+    def shrink_isrs(self) -> None:
+        """Propose removing the followers that stayed behind for replica.lag.time.max.ms (run
+        by the broker every half of it, as Kafka's isr-expiration task)."""
+        now = self.clock_ms()
+        for hosted in self.partitions.values():
+            if not hosted.is_leader or hosted.pending_isr is not None:
+                continue
+            lagging = hosted.out_of_sync_replicas(now, self.replica_lag_time_max_ms)
+            if lagging:
+                log.info("%s-%d: broker(s) %s fell behind for %d ms; shrinking the ISR %s",
+                         hosted.topic, hosted.partition, lagging, self.replica_lag_time_max_ms,
+                         list(hosted.isr))
+                self._propose(hosted, tuple(r for r in hosted.isr if r not in lagging))
+
+    def _propose(self, hosted: Partition, new_isr: tuple[int, ...]) -> None:
+        hosted.pending_isr = new_isr
+        self.propose_isr(hosted, new_isr)
+
+    def isr_change_done(self, hosted: Partition, isr: tuple[int, ...] | None,
+                        partition_epoch: int) -> None:
+        """The controller's answer to a proposal: the committed ISR (None: refused, the image
+        has the truth)."""
+        hosted.pending_isr = None
+        if isr is not None and partition_epoch > hosted.partition_epoch:
+            hosted.isr = isr
+            hosted.partition_epoch = partition_epoch
+        if hosted.is_leader:
+            self._maybe_advance_high_watermark(hosted)
+
+    def _maybe_advance_high_watermark(self, hosted: Partition) -> None:
+        if hosted.is_leader and hosted.maybe_advance_high_watermark():
+            self._notify_data((hosted.topic, hosted.partition))  # consumers read up to it
 
     # -- fetch -------------------------------------------------------------------------------
 
@@ -248,3 +343,11 @@ class ReplicaManager:
                     waiters.discard(event)
                     if not waiters:
                         del self._data_waiters[tp]
+
+
+def _check_isr_after_append(hosted: Partition) -> None:
+    needed = hosted.log.config.min_insync_replicas
+    if len(hosted.maximal_isr) < needed:
+        raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                         f"{hosted.topic}-{hosted.partition} has {len(hosted.maximal_isr)} "
+                         f"in-sync replica(s), below min.insync.replicas {needed}")

@@ -40,6 +40,8 @@ from kafka_ext.raft.core import RaftConfig
 from kafka_ext.raft.kafka_metadata_log import KafkaMetadataLog
 from kafka_ext.raft.messages import ReplicaKey
 from kafka_ext.raft.raft_manager import RaftManager
+from kafka_ext.replication.alter_partition_manager import AlterPartitionManager
+from kafka_ext.replication.replica_fetcher import ReplicaFetcherManager
 from kafka_ext.replication.replica_manager import ReplicaManager
 from kafka_ext.server import (
     admin,
@@ -56,6 +58,7 @@ from kafka_ext.server import (
     quotas,
     txn,
 )
+from kafka_ext.server.alter_partition import handle_alter_partition
 from kafka_ext.server.auto_topic_creation import AutoTopicCreationManager
 from kafka_ext.server.broker_lifecycle import (
     BrokerLifecycleManager,
@@ -120,6 +123,13 @@ class Broker:
             self.log_manager, self.replica_manager, self.run_blocking, self._remove_dir_later,
             log_dirs.throttled_rate(self), config.num_replica_move_threads,
             self.log_dir_failures.report, log_cleaner=self.log_cleaner)
+        # Partition replication (docs/replication.md): followers fetch from their leaders,
+        # leaders propose ISR changes to the controller.
+        self.replica_fetchers = ReplicaFetcherManager(self)
+        self.alter_partitions = AlterPartitionManager(self)
+        self.replica_manager.propose_isr = self.alter_partitions.submit
+        self.replica_manager.on_followed = self.replica_fetchers.update
+        self.replica_manager.replica_lag_time_max_ms = config.replica_lag_time_max_ms
         self.fetch_sessions = FetchSessionCache()
         # Client quotas (docs/quotas.md): kept in line with the metadata image.
         self.quotas = QuotaManagers(config.values)
@@ -132,7 +142,7 @@ class Broker:
         self.controller: QuorumController = None  # type: ignore[assignment]  # set in start()
         self.node_channels = NodeChannels(lambda _: None, f"kafka-ext-node-{config.node_id}")
         # Broker to broker (transaction markers), at their inter-broker listener.
-        self.broker_channels = NodeChannels(self._broker_endpoint,
+        self.broker_channels = NodeChannels(self.broker_endpoint,
                                             f"kafka-ext-broker-{config.node_id}")
         self.txn_coordinator = TransactionCoordinator(self)
         self.group_coordinator = GroupCoordinator(self, GroupConfig.from_broker_config(config))
@@ -204,6 +214,7 @@ class Broker:
         handlers[ApiKey.BROKER_REGISTRATION] = handle_broker_registration
         handlers[ApiKey.BROKER_HEARTBEAT] = handle_broker_heartbeat
         handlers[ApiKey.ALLOCATE_PRODUCER_IDS] = forwarding.handle_allocate_producer_ids
+        handlers[ApiKey.ALTER_PARTITION] = handle_alter_partition
         for key, handler in handlers.items():
             if not self.config.is_broker and key not in _CONTROLLER_APIS:
                 continue  # a controller-only node hosts no partitions and no coordinators
@@ -248,7 +259,7 @@ class Broker:
             nodes = [Node(self.node_id, listener.host, listener.port, self.config.broker_rack)]
         return nodes
 
-    def _broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+    def broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
         """Where another broker takes inter-broker requests: its registered endpoint of our
         inter-broker listener name (else its first one)."""
         registration = self.controller.image.brokers.get(broker_id) if self.controller else None
@@ -339,6 +350,11 @@ class Broker:
         self._tasks.append(loop.create_task(self._every(
             int(str(config.values["broker.session.timeout.ms"])) / 2000,
             self.controller.fence_expired_brokers)))
+        self._tasks.append(loop.create_task(self._every(
+            config.replica_lag_time_max_ms / 2000, self._shrink_isrs)))
+        self._tasks.append(loop.create_task(self._every(
+            int(str(config.values["replica.high.watermark.checkpoint.interval.ms"])) / 1000,
+            self._checkpoint_high_watermarks)))
         if self.log_cleaner.config.enable:
             self._tasks.append(loop.create_task(self._every(
                 max(self.log_cleaner.config.backoff_ms, 10) / 1000, self.log_cleaner.run_once)))
@@ -379,7 +395,8 @@ class Broker:
                 "metadata.log.max.record.bytes.between.snapshots"])),
             snapshot_interval_ms=int(str(config.values["metadata.log.max.snapshot.interval.ms"])),
             broker_session_timeout_ms=int(str(config.values["broker.session.timeout.ms"])),
-            is_broker=config.is_broker)
+            is_broker=config.is_broker,
+            unclean_leader_election=config.unclean_leader_election_enable)
         if self.controller.raft.voters != [ReplicaKey(self.node_id)]:
             self.controller.forwarder = self.forwarding  # several nodes: changes may forward
         self.controller.quorum = RaftQuorumStatus(
@@ -447,6 +464,8 @@ class Broker:
             await self.lifecycle.controlled_shutdown()  # our leaderships move first
         for task in self._tasks:
             task.cancel()
+        await self.replica_fetchers.stop()
+        await self.alter_partitions.stop()
         await self.socket_server.close()
         await self.diskless.stop()  # flushes the WAL buffer: its producers get their answers
         if self._background:
@@ -548,6 +567,12 @@ class Broker:
             log.error("%s of %s-%d failed on %s: %s", job, plog.topic, plog.partition, log_dir,
                       exc)
 
+    async def _shrink_isrs(self) -> None:
+        self.replica_manager.shrink_isrs()
+
+    async def _checkpoint_high_watermarks(self) -> None:
+        await self.run_blocking(self.log_manager.checkpoint_high_watermarks)
+
     async def _write_checkpoints(self) -> None:
         await self.run_blocking(self.log_manager.checkpoint_recovery_points)
         await self.run_blocking(self.log_manager.checkpoint_log_start_offsets)
@@ -562,6 +587,7 @@ _CONTROLLER_APIS = frozenset({
     ApiKey.ALLOCATE_PRODUCER_IDS, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS,
     ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
     ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
+    ApiKey.ALTER_PARTITION,
 })
 
 

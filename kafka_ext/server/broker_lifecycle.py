@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from kafka_ext.controller.cluster_control import BrokerListener, HeartbeatAnswer
@@ -154,18 +155,22 @@ class BrokerLifecycleManager:
                                response.should_shut_down)
 
     async def _to_controller(self, api_key: int, version: int, request: Any) -> Any:
-        """The active controller's answer: this node's own when it leads the quorum."""
+        local = (answer_broker_registration if api_key == ApiKey.BROKER_REGISTRATION
+                 else answer_broker_heartbeat)
+        return await self.to_controller(api_key, version, request, local)
+
+    async def to_controller(self, api_key: int, version: int, request: Any,
+                            local: Callable[[Broker, Any], Awaitable[Any]]) -> Any:
+        """The active controller's answer: `local`'s (this node's own handler) when it leads
+        the quorum. NOT_CONTROLLER while there is no leader; ConnectionError, TimeoutError."""
         broker = self.broker
         raft = broker.controller.raft
         if raft.is_leader:
-            handler = (answer_broker_registration if api_key == ApiKey.BROKER_REGISTRATION
-                       else answer_broker_heartbeat)
-            return await handler(broker, request)
+            return await local(broker, request)
         if raft.leader_id < 0:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller yet")
         return await broker.node_channels.request(raft.leader_id, api_key, version, request,
-                                                  broker.controller.raft.config.request_timeout_ms
-                                                  / 1000)
+                                                  raft.config.request_timeout_ms / 1000)
 
     def listeners(self) -> list[BrokerListener]:
         """The listeners clients reach this broker on (advertised, controller ones aside)."""

@@ -47,6 +47,7 @@ _TopicResponse = _Response.FetchableTopicResponse
 _PartitionData = _Response.PartitionData
 _AbortedTransaction = _Response.AbortedTransaction
 TOPIC_IDS_VERSION = 13
+REPLICA_STATE_VERSION = 15  # the follower's id moved into ReplicaState (KIP-903)
 READ_COMMITTED = 1
 MESSAGE_FORMAT_V1_BELOW_VERSION = 4  # Fetch v2-3 read magic 1 messages
 MESSAGE_FORMAT_V0_BELOW_VERSION = 2  # Fetch v0-1 read magic 0 messages
@@ -65,6 +66,10 @@ class _Target:
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     uses_ids = ctx.api_version >= TOPIC_IDS_VERSION
+    replica_id = (request.replica_state.replica_id if ctx.api_version >= REPLICA_STATE_VERSION
+                  else request.replica_id)
+    if replica_id >= 0:
+        return await _handle_replica_fetch(ctx, request, replica_id, uses_ids)
     try:
         session, targets, incremental = _resolve(ctx, request, uses_ids)
     except KafkaError as exc:
@@ -123,6 +128,103 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
                                           for p in t.partitions), _Response.NodeEndpoint)
     return _Response(error_code=0, session_id=session.session_id if session else 0,
                      responses=list(responses.values()), node_endpoints=endpoints)
+
+
+async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: int,
+                                uses_ids: bool) -> Any:
+    """A follower's fetch: it holds everything below each fetch offset, which the leader
+    records first (the high watermark and the ISR may move); then batches up to the log end
+    offset, or the DivergingEpoch where its log stopped matching ours (KIP-320). Sessionless;
+    no quotas; long-polls like a consumer's."""
+    broker = ctx.broker
+    replicas = broker.replica_manager
+    image = broker.controller.image
+    wanted: list[tuple[str, Any, Any]] = []  # (topic name, topic id, FetchPartition)
+    results: list[Any] = []
+    for topic in request.topics:
+        found = (image.topics_by_id.get(topic.topic_id) if uses_ids
+                 else image.topics_by_name.get(topic.topic))
+        for p in topic.partitions:
+            data = _PartitionData(partition_index=p.partition, error_code=0, records=[])
+            results.append(data)
+            if found is None:
+                data.error_code = int(ErrorCode.UNKNOWN_TOPIC_ID if uses_ids
+                                      else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                data.high_watermark = -1
+            wanted.append((found.name if found else topic.topic,
+                           found.topic_id if found else topic.topic_id, p))
+    for (name, _, p), data in zip(wanted, results, strict=True):
+        if data.error_code:
+            continue
+        try:
+            hosted = replicas.leader_partition(name, p.partition)
+            hosted.check_leader_epoch(p.current_leader_epoch)
+            replicas.record_follower_fetch(hosted, replica_id, p.fetch_offset, p.log_start_offset)
+        except KafkaError as exc:
+            data.error_code = int(exc.code)
+            data.high_watermark = -1
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+    while True:
+        total, done = _read_for_replica(replicas, request, wanted, results)
+        remaining = deadline - loop.time()
+        if done or total >= request.min_bytes or remaining <= 0:
+            break
+        await replicas.wait_for_data([(name, p.partition) for name, _, p in wanted], remaining)
+    responses: dict[Any, Any] = {}
+    for (name, topic_id, _), data in zip(wanted, results, strict=True):
+        topic_answer = responses.get((name, topic_id))
+        if topic_answer is None:
+            topic_answer = responses[(name, topic_id)] = _TopicResponse(
+                topic=name, topic_id=topic_id, partitions=[])
+        topic_answer.partitions.append(data)
+    endpoints = add_leader_hints(broker, ((t.topic, p) for t in responses.values()
+                                          for p in t.partitions), _Response.NodeEndpoint)
+    return _Response(error_code=0, session_id=0, responses=list(responses.values()),
+                     node_endpoints=endpoints)
+
+
+def _read_for_replica(replicas: Any, request: Any, wanted: list[tuple[str, Any, Any]],
+                      results: list[Any]) -> tuple[int, bool]:
+    """Read every partition for a follower within the request's limits; returns (bytes, whether
+    to answer at once: an error or a divergence)."""
+    total = 0
+    done = False
+    for (name, _, p), data in zip(wanted, results, strict=True):
+        if data.error_code and data.error_code != ErrorCode.OFFSET_OUT_OF_RANGE:
+            done = True
+            continue
+        data.error_code = 0
+        try:
+            hosted = replicas.leader_partition(name, p.partition)
+            hosted.check_leader_epoch(p.current_leader_epoch)
+        except KafkaError as exc:  # leadership moved while the fetch waited
+            data.error_code, data.high_watermark, data.records = int(exc.code), -1, []
+            done = True
+            continue
+        plog = hosted.log
+        data.high_watermark = plog.high_watermark
+        data.last_stable_offset = plog.last_stable_offset
+        data.log_start_offset = plog.log_start_offset
+        diverging = hosted.diverging_epoch(p.last_fetched_epoch, p.fetch_offset)
+        if diverging is not None:
+            data.diverging_epoch.epoch, data.diverging_epoch.end_offset = diverging
+            data.records = []
+            done = True
+            continue
+        max_bytes = min(p.partition_max_bytes, max(request.max_bytes - total, 0))
+        if max_bytes <= 0 and total > 0:
+            data.records = []
+            continue
+        try:
+            info = plog.read(p.fetch_offset, max_bytes, min_one_message=total == 0)
+        except KafkaError as exc:
+            data.error_code, data.records = int(exc.code), []
+            done = True
+            continue
+        data.records = info.records
+        total += sum(r.nbytes for r in info.records)
+    return total, done
 
 
 def _down_conversion_magic(api_version: int) -> int | None:

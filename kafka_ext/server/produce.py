@@ -11,8 +11,11 @@ the request's transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise,
 Internal topics (`__consumer_offsets`, `__transaction_state`) belong to their coordinators: a
 client's batch for one fails with INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager answers.
 acks=0 gets no response; if anything failed, the connection is closed instead, so the
-producer notices, as Kafka does. With one replica per partition, acks=1
-and acks=-1 are both satisfied once the batch is in the log. A diskless partition's batch goes
+producer notices, as Kafka does. acks=1 is answered once the batch is in the leader's log;
+acks=-1 first needs an ISR of min.insync.replicas (NOT_ENOUGH_REPLICAS, nothing appended), then
+waits until every ISR member has the batch (the high watermark passes it) for at most the
+request's timeout (REQUEST_TIMED_OUT), and answers NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR
+shrank below min.insync.replicas meanwhile (docs/replication.md). A diskless partition's batch goes
 to the WAL writer and is answered once its object is committed to the partition's coordinator
 (acks=1 and acks=-1 alike); acks=0 diskless appends finish in the background.
 A partition refused because another broker leads it carries KIP-951's CurrentLeader (v10+,
@@ -72,7 +75,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     message_sets = ctx.api_version < MESSAGE_SETS_BELOW_VERSION
     topics = []
     # Diskless partitions answer once their WAL object is committed; they wait together, so
-    # one request's partitions share one object.
+    # one request's partitions share one object. acks=all partitions wait for their ISR.
     waiting: list[tuple[Any, Awaitable[Any]]] = []
     for topic_data in request.topic_data:
         partitions = []
@@ -94,11 +97,23 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     waiting.append((answer, broker.diskless.produce(
                         topic_data.name, data.index, records)))
                     continue
+                if request.acks == -1:
+                    replicas.check_min_insync(topic_data.name, data.index)
                 info = replicas.append_records(topic_data.name, data.index, data.records)
             except KafkaError as exc:
                 _failed(answer, exc)
                 continue
             _succeeded(answer, info.first_offset, info.log_append_time_ms, info.log_start_offset)
+            if request.acks == -1:
+                try:
+                    pending = replicas.wait_for_acks(topic_data.name, data.index,
+                                                     info.last_offset + 1,
+                                                     request.timeout_ms / 1000)
+                except KafkaError as exc:
+                    _failed(answer, exc)
+                    continue
+                if pending is not None:
+                    waiting.append((answer, pending))
         topics.append(_TopicResponse(name=topic_data.name, partition_responses=partitions))
     if waiting and request.acks == 0:
         # Nobody waits for the answer: the appends finish in the background, failures logged.
@@ -113,7 +128,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 _failed(answer, outcome)
             elif isinstance(outcome, BaseException):
                 raise outcome
-            else:
+            elif outcome is not None:  # a diskless commit; acks=all waits return nothing
                 _succeeded(answer, outcome.base_offset, outcome.log_append_time_ms,
                            outcome.log_start_offset)
     if broker.quotas.produce.enabled:  # KIP-13: the request's bytes count against the quota

@@ -759,6 +759,11 @@ class UnifiedLog:
         picked = [points[i][0] for i in range(start, start - min(max_num_offsets, start + 1), -1)]
         return sorted(picked, reverse=True)
 
+    def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
+        """A new leader's epoch starts at its end offset, before it appends anything, so the
+        epoch history always ends with the current epoch (Kafka's maybeAssignEpochStartOffset)."""
+        self._epoch_cache.assign(leader_epoch, start_offset)
+
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (epoch, end offset), (-1, -1) when the epoch is unknown."""
         return self._epoch_cache.end_offset_for(leader_epoch, self._log_end_offset)

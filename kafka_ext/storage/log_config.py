@@ -39,6 +39,7 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
     max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
+    min_insync_replicas: int = 1  # min.insync.replicas: ISR size an acks=all produce needs
 
     @property
     def deletes_by_retention(self) -> bool:

@@ -175,6 +175,15 @@ class Node:
         self.proc.kill()
         self.proc.wait()
 
+    def pause(self) -> None:
+        """SIGSTOP: the process stays, silent, its sockets open (a long GC pause, a VM stall)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self, timeout_s: float = 60) -> int:
         """SIGTERM (a controlled shutdown) and wait; the exit code."""
         assert self.proc is not None

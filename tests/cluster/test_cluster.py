@@ -103,13 +103,14 @@ def check_leader_hints(cluster: Cluster, topic: str, led: dict[int, int]) -> Non
             (leader, leader_node.client_port)]
 
 
-def consume_group(node: Node, topic: str, count: int, group: str
-                  ) -> dict[int, list[tuple[int, bytes]]]:
+def consume_group(node: Node, topic: str, count: int, group: str, timeout_s: float = 60,
+                  commit: bool = True) -> dict[int, list[tuple[int, bytes]]]:
+    """(offset, value) per partition, until `count` records or the time is up."""
     consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group,
-                         "auto.offset.reset": "earliest"})
+                         "auto.offset.reset": "earliest", "enable.auto.commit": commit})
     consumer.subscribe([topic])
     got: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout_s
     try:
         while sum(map(len, got.values())) < count and time.monotonic() < deadline:
             msg = consumer.poll(0.5)

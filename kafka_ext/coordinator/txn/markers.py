@@ -10,6 +10,7 @@ partition another broker leads gets its marker in a WriteTxnMarkers request to t
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kafka_ext.coordinator.group.coordinator import GROUP_METADATA_TOPIC
@@ -42,8 +43,19 @@ async def write_txn_marker(broker: Any, topic: str, partition: int, producer_id:
         await broker.group_coordinator.complete_transaction(
             partition, producer_id, producer_epoch, coordinator_epoch, committed)
         return
-    broker.replica_manager.append_control_batch(
-        topic, partition, producer_id, producer_epoch, coordinator_epoch, committed)
+    replicas = broker.replica_manager
+    offset = replicas.append_control_batch(topic, partition, producer_id, producer_epoch,
+                                           coordinator_epoch, committed)
+    # As Kafka writes markers with acks=all: the transaction is complete only once every
+    # in-sync replica has its marker (a new leader must not lose it).
+    hosted = replicas.leader_partition(topic, partition)
+    if hosted.high_watermark <= offset:
+        try:
+            await asyncio.wait_for(replicas.wait_for_high_watermark(hosted, offset + 1),
+                                   MARKER_REQUEST_TIMEOUT_S)
+        except TimeoutError:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"the marker in {topic}-{partition} "
+                             "did not reach every in-sync replica in time") from None
 
 
 async def _send_marker(broker: Any, leader: int, topic: str, partition: int, producer_id: int,

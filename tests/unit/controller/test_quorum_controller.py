@@ -16,6 +16,7 @@ from kafka_ext.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, Metadata
 from kafka_ext.controller.quorum_controller import (
     METADATA_VERSION_FEATURE,
     ConfigChange,
+    IsrChange,
     QuorumController,
     TopicCreation,
     rack_alternating,
@@ -267,12 +268,127 @@ async def test_create_topics_places_partitions_round_robin_over_live_brokers(
         0: 1, 1: 2, 2: 3, 3: 1, 4: 2, 5: 3}
 
 
-async def test_replication_above_one_is_refused_until_replication_lands(
+def _partition(controller: QuorumController, topic: str, partition: int) -> Any:
+    return controller.image.topics_by_name[topic].partitions[partition]
+
+
+async def test_replicated_partitions_are_placed_on_distinct_brokers_all_in_sync(
         controller: QuorumController) -> None:
     await _register(controller, 1, 2, 3)
-    [result] = await _create(controller, TopicCreation("orders", 3, 2))
-    assert result.error == ErrorCode.INVALID_REPLICATION_FACTOR
-    assert "not served yet" in (result.message or "")
+    [result] = await _create(controller, TopicCreation("orders", 3, 3))
+    assert result.error == ErrorCode.NONE
+    for p in range(3):
+        part = _partition(controller, "orders", p)
+        assert sorted(part.replicas) == [1, 2, 3] and part.isr == part.replicas
+        assert part.leader == part.replicas[0]
+    assert {_partition(controller, "orders", p).leader for p in range(3)} == {1, 2, 3}
+
+
+async def test_a_fenced_leader_leaves_the_isr_and_an_in_sync_replica_takes_over(
+        controller: QuorumController) -> None:
+    epochs = await _register(controller, 1, 2, 3)
+    await _create(controller, TopicCreation("orders", 1, 3))
+    before = _partition(controller, "orders", 0)
+    leader = before.leader
+    await controller.broker_heartbeat(leader, epochs[leader], 1 << 40, want_fence=True,
+                                      want_shutdown=False)
+    after = _partition(controller, "orders", 0)
+    assert after.leader == next(r for r in before.replicas if r != leader)
+    assert leader not in after.isr and len(after.isr) == 2
+    assert after.leader_epoch == before.leader_epoch + 1
+    assert after.partition_epoch > before.partition_epoch
+
+
+async def test_the_last_in_sync_replica_stays_in_the_isr_and_alone_may_lead_again(
+        controller: QuorumController) -> None:
+    epochs = await _register(controller, 1, 2)
+    await _create(controller, TopicCreation("orders", 1, 2))
+    part = _partition(controller, "orders", 0)
+    first, second = part.replicas
+    for broker in (second, first):  # the follower goes first, then the leader
+        await controller.broker_heartbeat(broker, epochs[broker], 1 << 40, want_fence=True,
+                                          want_shutdown=False)
+    part = _partition(controller, "orders", 0)
+    assert part.leader == -1 and part.isr == (first,)
+    # The out-of-sync replica returning does not lead: it may have missed acknowledged writes.
+    await controller.broker_heartbeat(second, epochs[second], 1 << 40, want_fence=False,
+                                      want_shutdown=False)
+    assert _partition(controller, "orders", 0).leader == -1
+    await controller.broker_heartbeat(first, epochs[first], 1 << 40, want_fence=False,
+                                      want_shutdown=False)
+    part = _partition(controller, "orders", 0)
+    assert part.leader == first and part.isr == (first,)
+
+
+async def test_unclean_election_lets_an_out_of_sync_replica_lead(
+        controller: QuorumController) -> None:
+    epochs = await _register(controller, 1, 2)
+    await _create(controller, TopicCreation("orders", 1, 2,
+                                            configs={"unclean.leader.election.enable": "true"}))
+    first, second = _partition(controller, "orders", 0).replicas
+    for broker in (second, first):
+        await controller.broker_heartbeat(broker, epochs[broker], 1 << 40, want_fence=True,
+                                          want_shutdown=False)
+    await controller.broker_heartbeat(second, epochs[second], 1 << 40, want_fence=False,
+                                      want_shutdown=False)
+    part = _partition(controller, "orders", 0)
+    assert part.leader == second and part.isr == (second,)
+
+
+async def test_alter_partition_changes_the_isr_only_from_the_current_leader_and_epochs(
+        controller: QuorumController) -> None:
+    epochs = await _register(controller, 1, 2, 3)
+    await _create(controller, TopicCreation("orders", 1, 3))
+    part = _partition(controller, "orders", 0)
+    topic_id = controller.image.topics_by_name["orders"].topic_id
+    leader, follower = part.leader, part.replicas[1]
+    shrunk = tuple(r for r in part.isr if r != follower)
+
+    async def alter(broker: int, isr: tuple[int, ...], *, leader_epoch: int | None = None,
+                    partition_epoch: int | None = None) -> Any:
+        now = _partition(controller, "orders", 0)
+        [result] = await controller.alter_partition(broker, epochs[broker], [IsrChange(
+            topic_id, 0, now.leader_epoch if leader_epoch is None else leader_epoch,
+            now.partition_epoch if partition_epoch is None else partition_epoch, isr)])
+        return result
+
+    assert (await alter(follower, shrunk)).error == ErrorCode.INVALID_REQUEST  # not the leader
+    assert (await alter(leader, shrunk, leader_epoch=part.leader_epoch - 1)).error == (
+        ErrorCode.FENCED_LEADER_EPOCH)
+    assert (await alter(leader, shrunk, partition_epoch=part.partition_epoch + 5)).error == (
+        ErrorCode.INVALID_UPDATE_VERSION)
+    assert (await alter(leader, (follower,))).error == ErrorCode.INVALID_REQUEST  # no leader
+    assert (await alter(leader, (leader, 9))).error == ErrorCode.INVALID_REQUEST  # not a replica
+    assert _partition(controller, "orders", 0) == part  # nothing changed
+    result = await alter(leader, shrunk)
+    assert result.error == ErrorCode.NONE and result.partition.isr == shrunk
+    assert result.partition.partition_epoch == part.partition_epoch + 1
+    assert result.partition.leader_epoch == part.leader_epoch
+    # A fenced broker may not join; once unfenced it may.
+    await controller.broker_heartbeat(follower, epochs[follower], 1 << 40, want_fence=True,
+                                      want_shutdown=False)
+    assert (await alter(leader, shrunk + (follower,))).error == ErrorCode.INELIGIBLE_REPLICA
+    await controller.broker_heartbeat(follower, epochs[follower], 1 << 40, want_fence=False,
+                                      want_shutdown=False)
+    result = await alter(leader, shrunk + (follower,))
+    assert result.error == ErrorCode.NONE and set(result.partition.isr) == {1, 2, 3}
+    with pytest.raises(KafkaError) as caught:
+        await controller.alter_partition(leader, epochs[leader] + 1, [])
+    assert caught.value.code == ErrorCode.STALE_BROKER_EPOCH
+
+
+async def test_controlled_shutdown_hands_replicated_leaderships_to_in_sync_replicas(
+        controller: QuorumController) -> None:
+    epochs = await _register(controller, 1, 2, 3)
+    await _create(controller, TopicCreation("orders", 3, 2))
+    led = [p for p in range(3) if _partition(controller, "orders", p).leader == 2]
+    assert led
+    answer = await controller.broker_heartbeat(2, epochs[2], 1 << 40, want_fence=False,
+                                               want_shutdown=True)
+    assert answer.should_shut_down
+    for p in range(3):
+        part = _partition(controller, "orders", p)
+        assert part.leader != 2 and part.leader >= 0 and 2 not in part.isr
 
 
 async def test_a_broker_whose_session_expires_is_fenced_and_its_partitions_go_offline(

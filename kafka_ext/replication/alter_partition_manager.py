@@ -1,0 +1,113 @@
+"""AlterPartitionManager: a leader's ISR proposals, sent to the active controller (KIP-497).
+
+Proposals made in one turn of the event loop go in one AlterPartition (v3: each new ISR member
+with its broker epoch). One proposal per partition is in flight at a time (the partition's
+`pending_isr`). The answer, or the metadata image if it comes first, settles it: a committed
+change becomes the partition's ISR; a refused one (stale partition epoch, fenced leader epoch,
+an ineligible replica) is dropped and the leader proposes again from the image. A controller that
+cannot be reached is retried after a pause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.messages import registry
+from kafka_ext.replication.partition import Partition
+from kafka_ext.server.alter_partition import answer_alter_partition
+
+if TYPE_CHECKING:
+    from kafka_ext.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+ALTER_PARTITION_VERSION = 3
+RETRY_BACKOFF_S = 0.1
+_Request = registry()["AlterPartitionRequest"].cls
+
+
+class AlterPartitionManager:
+    """Owned by the broker's event loop."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._queued: dict[tuple[str, int], tuple[Partition, tuple[int, ...]]] = {}
+        self._sending: asyncio.Task[None] | None = None
+
+    def submit(self, hosted: Partition, new_isr: tuple[int, ...]) -> None:
+        self._queued[(hosted.topic, hosted.partition)] = (hosted, new_isr)
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.get_running_loop().create_task(self._send_queued())
+
+    async def stop(self) -> None:
+        if self._sending is not None:
+            self._sending.cancel()
+
+    async def _send_queued(self) -> None:
+        while self._queued:
+            await asyncio.sleep(0)  # let the proposals of this turn join the request
+            batch, self._queued = self._queued, {}
+            try:
+                response = await self._send(batch)
+            except (KafkaError, ConnectionError, TimeoutError, OSError) as exc:
+                log.info("AlterPartition not answered (%s); retrying", exc)
+                for tp, proposal in batch.items():
+                    self._queued.setdefault(tp, proposal)
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            self._settle(batch, response)
+
+    async def _send(self, batch: dict[tuple[str, int], tuple[Partition, tuple[int, ...]]]
+                    ) -> Any:
+        broker = self.broker
+        image = broker.controller.image
+        topics: dict[Any, Any] = {}
+        for hosted, new_isr in batch.values():
+            topic = topics.get(hosted.topic_id)
+            if topic is None:
+                topic = topics[hosted.topic_id] = _Request.TopicData(
+                    topic_name=hosted.topic, topic_id=hosted.topic_id, partitions=[])
+            topic.partitions.append(_Request.PartitionData(
+                partition_index=hosted.partition, leader_epoch=hosted.leader_epoch,
+                partition_epoch=hosted.partition_epoch, new_isr=list(new_isr),
+                new_isr_with_epochs=[_Request.BrokerState(
+                    broker_id=r, broker_epoch=_broker_epoch(image, r)) for r in new_isr]))
+        request = _Request(broker_id=broker.node_id, broker_epoch=broker.lifecycle.broker_epoch,
+                           topics=list(topics.values()))
+        response = await broker.lifecycle.to_controller(
+            ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, request,
+            lambda b, r: answer_alter_partition(b, r, ALTER_PARTITION_VERSION))
+        if response.error_code:
+            raise KafkaError(ErrorCode(response.error_code), "AlterPartition refused")
+        return response
+
+    def _settle(self, batch: dict[tuple[str, int], tuple[Partition, tuple[int, ...]]],
+                response: Any) -> None:
+        replicas = self.broker.replica_manager
+        by_id = {(hosted.topic_id, hosted.partition): hosted for hosted, _ in batch.values()}
+        for topic in response.topics:
+            for answer in topic.partitions:
+                hosted = by_id.get((topic.topic_id, answer.partition_index))
+                if hosted is None or replicas.partitions.get(
+                        (hosted.topic, hosted.partition)) is not hosted:
+                    continue  # no longer hosted here
+                if answer.error_code:
+                    log.info("%s-%d: ISR change refused: %s", hosted.topic, hosted.partition,
+                             ErrorCode(answer.error_code).name)
+                    replicas.isr_change_done(hosted, None, -1)
+                    continue
+                if answer.leader_epoch != hosted.leader_epoch:
+                    replicas.isr_change_done(hosted, None, -1)  # the image will say more
+                    continue
+                log.info("%s-%d: ISR is now %s (partition epoch %d)", hosted.topic,
+                         hosted.partition, list(answer.isr), answer.partition_epoch)
+                replicas.isr_change_done(hosted, tuple(answer.isr), answer.partition_epoch)
+
+
+def _broker_epoch(image: Any, broker_id: int) -> int:
+    known = image.brokers.get(broker_id)
+    return known.broker_epoch if known is not None else -1

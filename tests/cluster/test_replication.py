@@ -1,0 +1,205 @@
+"""Partition replication on real processes (issue 14): followers copy their leaders, acks=all
+waits for the ISR, a killed leader loses nothing it acknowledged, min.insync.replicas refuses
+writes it cannot protect, and a returning broker catches up and rejoins the ISR."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafka_ext.coordinator.runtime import partition_for_key
+from tests.cluster.conftest import Cluster, Node
+from tests.cluster.test_cluster import consume_group, wait_until
+
+# Followers that stop fetching leave the ISR after 2 s (Kafka's default is 30 s).
+REPLICATION = {"replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "200"}
+
+
+def create_replicated_topic(node: Node, name: str, partitions: int, factor: int,
+                            configs: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, factor, config=configs or {})],
+                        operation_timeout=30)[name].result(30)
+
+
+def partition_state(node: Node, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """partition -> (leader, replicas, isr) as one broker's Metadata says."""
+    metadata = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(topic, timeout=10)
+    return {p: (part.leader, list(part.replicas), sorted(part.isrs))
+            for p, part in metadata.topics[topic].partitions.items()}
+
+
+def read_all(node: Node, topic: str, expected: int, timeout_s: float = 60
+             ) -> dict[int, list[tuple[int, bytes]]]:
+    """(offset, value) per partition, read from the start under a group of its own."""
+    return consume_group(node, topic, expected, f"check-{uuid.uuid4()}", timeout_s,
+                         commit=False)
+
+
+class SequencedProducer:
+    """An idempotent acks=all producer writing "seq-N" values; remembers what was acked."""
+
+    def __init__(self, node: Node, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": node.bootstrap,
+                                  "enable.idempotence": True, "acks": "all", "linger.ms": 2,
+                                  "message.timeout.ms": 60000})
+        self.acked: dict[bytes, tuple[int, int]] = {}
+        self.failed: list[str] = []
+        self.sent = 0
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failed.append(str(err))
+        else:
+            self.acked[msg.value()] = (msg.partition(), msg.offset())
+
+    def send(self, count: int, pause_s: float = 0.0) -> None:
+        for _ in range(count):
+            value = b"seq-%d" % self.sent
+            self.producer.produce(self.topic, key=value, value=value,
+                                  on_delivery=self._delivered)
+            self.sent += 1
+            self.producer.poll(0)
+            if pause_s:
+                time.sleep(pause_s)
+
+    def flush(self) -> None:
+        assert self.producer.flush(90) == 0
+
+
+def check_history(acked: dict[bytes, tuple[int, int]],
+                  read: dict[int, list[tuple[int, bytes]]]) -> None:
+    """No acknowledged write lost, none duplicated, each at the offset it was acknowledged at,
+    and every partition's offsets dense from 0."""
+    seen: dict[bytes, tuple[int, int]] = {}
+    duplicates = []
+    for partition, records in read.items():
+        assert [o for o, _ in records] == list(range(len(records))), f"gap in {partition}"
+        for offset, value in records:
+            if value in seen:
+                duplicates.append(value)
+            seen[value] = (partition, offset)
+    lost = [v for v in acked if v not in seen]
+    moved = [v for v, where in acked.items() if v in seen and seen[v] != where]
+    assert (lost, duplicates, moved) == ([], [], []), (
+        f"{len(lost)} lost, {len(duplicates)} duplicated, {len(moved)} at another offset")
+
+
+def test_acks_all_writes_survive_a_killed_leader_and_it_catches_up_when_back(
+        cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(combined=3, extra=REPLICATION)
+    n1, n2, n3 = cluster.brokers
+    create_replicated_topic(n1, "events", 3, 3, {"min.insync.replicas": "2"})
+    wait_until(lambda: all(len(isr) == 3 for _, _, isr in partition_state(n2, "events").values()),
+               20, "every partition has 3 in-sync replicas")
+    producer = SequencedProducer(n2, "events")
+    producer.send(600)
+    producer.flush()
+    victim_id = partition_state(n1, "events")[0][0]
+    victim = cluster.nodes[victim_id]
+    survivor = next(n for n in cluster.brokers if n is not victim)
+    writer = threading.Thread(target=producer.send, args=(1500, 0.002))
+    writer.start()
+    time.sleep(1.0)
+    victim.kill()
+    writer.join()
+    producer.flush()
+    assert producer.failed == []
+    state = partition_state(survivor, "events")
+    assert all(leader != victim_id and leader >= 0 for leader, _, _ in state.values()), state
+    check_history(producer.acked, read_all(survivor, "events", len(producer.acked)))
+    # Back: it truncates what it had beyond the new leaders, catches up and rejoins every ISR.
+    victim.start()
+    victim.wait_ready()
+    wait_until(lambda: all(len(isr) == 3
+                           for _, _, isr in partition_state(survivor, "events").values()),
+               30, "the returning broker rejoins every ISR")
+    producer.send(300)
+    producer.flush()
+    # Every broker now leads or follows the same history: read it through the returned one
+    # after moving a leadership to it is not needed; a consumer bootstrapped there reads all.
+    check_history(producer.acked, read_all(victim, "events", len(producer.acked)))
+
+
+def test_min_insync_replicas_refuses_what_it_cannot_protect(cluster_factory: Any) -> None:
+    # Separate controllers: two brokers down must not take the metadata quorum with them.
+    cluster: Cluster = cluster_factory(controllers=3, brokers=3, extra=REPLICATION)
+    n1, n2, n3 = cluster.brokers
+    create_replicated_topic(n1, "guarded", 1, 3, {"min.insync.replicas": "2"})
+    leader = partition_state(n1, "guarded")[0][0]
+    others = [n for n in cluster.brokers if n.node_id != leader]
+    producer = SequencedProducer(cluster.nodes[leader], "guarded")
+    others[0].kill()  # one down: the two others still make min.insync.replicas
+    wait_until(lambda: len(partition_state(cluster.nodes[leader], "guarded")[0][2]) == 2, 20,
+               "the killed follower leaves the ISR")
+    producer.send(50)
+    producer.flush()
+    assert producer.failed == [] and len(producer.acked) == 50
+    others[1].kill()  # two down: acks=all must be refused
+    wait_until(lambda: len(partition_state(cluster.nodes[leader], "guarded")[0][2]) == 1, 20,
+               "the second killed follower leaves the ISR")
+    refused = Producer({"bootstrap.servers": cluster.nodes[leader].bootstrap, "acks": "all",
+                        "message.timeout.ms": 3000, "retries": 0})
+    errors: list[Any] = []
+    refused.produce("guarded", value=b"unprotected",
+                    on_delivery=lambda err, msg: errors.append(err))
+    refused.flush(10)
+    assert errors and errors[0] is not None
+    assert errors[0].code() in (KafkaError.NOT_ENOUGH_REPLICAS, KafkaError._MSG_TIMED_OUT)
+    # acks=1 still goes through the leader alone.
+    single = Producer({"bootstrap.servers": cluster.nodes[leader].bootstrap, "acks": "1"})
+    single.produce("guarded", value=b"leader-only")
+    assert single.flush(10) == 0
+    got = read_all(cluster.nodes[leader], "guarded", 51)
+    assert [v for _, v in got[0]][-1] == b"leader-only"
+    assert b"unprotected" not in [v for _, v in got[0]]
+
+
+def test_a_consumer_group_keeps_its_offsets_when_its_coordinator_is_killed(
+        cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(combined=3, extra={
+        **REPLICATION, "offsets.topic.replication.factor": "3",
+        "offsets.topic.num.partitions": "3"})
+    n1, n2, n3 = cluster.brokers
+    create_replicated_topic(n1, "jobs", 2, 3)
+    producer = SequencedProducer(n1, "jobs")
+    producer.send(400)
+    producer.flush()
+    group = "workers"
+    first = Consumer({"bootstrap.servers": n2.bootstrap, "group.id": group,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    first.subscribe(["jobs"])
+    taken: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(taken) < 250 and time.monotonic() < deadline:
+        msg = first.poll(0.5)
+        if msg is not None and msg.error() is None:
+            taken.append(msg.value())
+    first.commit(asynchronous=False)
+    first.close()
+    assert len(taken) >= 250
+    coordinator_partition = partition_for_key(group, 3)
+    state = partition_state(n3, "__consumer_offsets")
+    victim_id = state[coordinator_partition][0]
+    assert len(state[coordinator_partition][2]) == 3  # the offsets are on every replica
+    cluster.nodes[victim_id].kill()
+    survivor = next(n for n in cluster.brokers if n.node_id != victim_id)
+    second = Consumer({"bootstrap.servers": survivor.bootstrap, "group.id": group,
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    second.subscribe(["jobs"])
+    rest: list[bytes] = []
+    deadline = time.monotonic() + 90
+    while len(taken) + len(rest) < 400 and time.monotonic() < deadline:
+        msg = second.poll(0.5)
+        if msg is not None and msg.error() is None:
+            rest.append(msg.value())
+    second.close()
+    # The new coordinator loaded the committed offsets: nothing read twice, nothing skipped.
+    assert sorted(taken + rest) == sorted(producer.acked)
+    assert not set(taken) & set(rest)
