@@ -91,9 +91,31 @@ def check_history(acked: dict[bytes, tuple[int, int]],
         f"{len(lost)} lost, {len(duplicates)} duplicated, {len(moved)} at another offset")
 
 
-def test_acks_all_writes_survive_a_killed_leader_and_it_catches_up_when_back(
+def take(node: Node, topic: str, group: str, count: int) -> list[bytes]:
+    """Up to `count` values read by a member of `group`, committed before it leaves."""
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    taken: list[bytes] = []
+    deadline = time.monotonic() + 90
+    while len(taken) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            taken.append(msg.value())
+    if taken:
+        consumer.commit(asynchronous=False)
+    consumer.close()
+    return taken
+
+
+def test_a_killed_broker_loses_no_acknowledged_write_nor_committed_offset_and_catches_up(
         cluster_factory: Any) -> None:
-    cluster: Cluster = cluster_factory(combined=3, extra=REPLICATION)
+    """kill -9 of the broker that coordinates a consumer group and leads a partition, while an
+    acks=all producer writes: its partitions and the group's offsets move to in-sync replicas;
+    back, it truncates what it had beyond them, catches up and rejoins every ISR."""
+    cluster: Cluster = cluster_factory(combined=3, extra={
+        **REPLICATION, "offsets.topic.replication.factor": "3",
+        "offsets.topic.num.partitions": "3"})
     n1, n2, n3 = cluster.brokers
     create_replicated_topic(n1, "events", 3, 3, {"min.insync.replicas": "2"})
     wait_until(lambda: all(len(isr) == 3 for _, _, isr in partition_state(n2, "events").values()),
@@ -101,8 +123,14 @@ def test_acks_all_writes_survive_a_killed_leader_and_it_catches_up_when_back(
     producer = SequencedProducer(n2, "events")
     producer.send(600)
     producer.flush()
-    victim_id = partition_state(n1, "events")[0][0]
+    group = "workers"
+    taken = take(n2, "events", group, 300)
+    assert len(taken) == 300
+    offsets_state = partition_state(n3, "__consumer_offsets")[partition_for_key(group, 3)]
+    assert len(offsets_state[2]) == 3  # the committed offsets are on every replica
+    victim_id = offsets_state[0]  # the group coordinator
     victim = cluster.nodes[victim_id]
+    assert victim_id in {leader for leader, _, _ in partition_state(n1, "events").values()}
     survivor = next(n for n in cluster.brokers if n is not victim)
     writer = threading.Thread(target=producer.send, args=(1500, 0.002))
     writer.start()
@@ -114,7 +142,9 @@ def test_acks_all_writes_survive_a_killed_leader_and_it_catches_up_when_back(
     state = partition_state(survivor, "events")
     assert all(leader != victim_id and leader >= 0 for leader, _, _ in state.values()), state
     check_history(producer.acked, read_all(survivor, "events", len(producer.acked)))
-    # Back: it truncates what it had beyond the new leaders, catches up and rejoins every ISR.
+    # The new coordinator loaded the committed offsets: nothing read twice, nothing skipped.
+    rest = take(survivor, "events", group, len(producer.acked) - len(taken))
+    assert sorted(taken + rest) == sorted(producer.acked) and not set(taken) & set(rest)
     victim.start()
     victim.wait_ready()
     wait_until(lambda: all(len(isr) == 3
@@ -122,8 +152,6 @@ def test_acks_all_writes_survive_a_killed_leader_and_it_catches_up_when_back(
                30, "the returning broker rejoins every ISR")
     producer.send(300)
     producer.flush()
-    # Every broker now leads or follows the same history: read it through the returned one
-    # after moving a leadership to it is not needed; a consumer bootstrapped there reads all.
     check_history(producer.acked, read_all(victim, "events", len(producer.acked)))
 
 
@@ -159,47 +187,3 @@ def test_min_insync_replicas_refuses_what_it_cannot_protect(cluster_factory: Any
     got = read_all(cluster.nodes[leader], "guarded", 51)
     assert [v for _, v in got[0]][-1] == b"leader-only"
     assert b"unprotected" not in [v for _, v in got[0]]
-
-
-def test_a_consumer_group_keeps_its_offsets_when_its_coordinator_is_killed(
-        cluster_factory: Any) -> None:
-    cluster: Cluster = cluster_factory(combined=3, extra={
-        **REPLICATION, "offsets.topic.replication.factor": "3",
-        "offsets.topic.num.partitions": "3"})
-    n1, n2, n3 = cluster.brokers
-    create_replicated_topic(n1, "jobs", 2, 3)
-    producer = SequencedProducer(n1, "jobs")
-    producer.send(400)
-    producer.flush()
-    group = "workers"
-    first = Consumer({"bootstrap.servers": n2.bootstrap, "group.id": group,
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    first.subscribe(["jobs"])
-    taken: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while len(taken) < 250 and time.monotonic() < deadline:
-        msg = first.poll(0.5)
-        if msg is not None and msg.error() is None:
-            taken.append(msg.value())
-    first.commit(asynchronous=False)
-    first.close()
-    assert len(taken) >= 250
-    coordinator_partition = partition_for_key(group, 3)
-    state = partition_state(n3, "__consumer_offsets")
-    victim_id = state[coordinator_partition][0]
-    assert len(state[coordinator_partition][2]) == 3  # the offsets are on every replica
-    cluster.nodes[victim_id].kill()
-    survivor = next(n for n in cluster.brokers if n.node_id != victim_id)
-    second = Consumer({"bootstrap.servers": survivor.bootstrap, "group.id": group,
-                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    second.subscribe(["jobs"])
-    rest: list[bytes] = []
-    deadline = time.monotonic() + 90
-    while len(taken) + len(rest) < 400 and time.monotonic() < deadline:
-        msg = second.poll(0.5)
-        if msg is not None and msg.error() is None:
-            rest.append(msg.value())
-    second.close()
-    # The new coordinator loaded the committed offsets: nothing read twice, nothing skipped.
-    assert sorted(taken + rest) == sorted(producer.acked)
-    assert not set(taken) & set(rest)
