@@ -218,9 +218,12 @@ class ReplicaFetcherManager:
         records = data.records
         if records is not None and len(records):
             plog.append_as_follower(records)
+        high_watermark = plog.high_watermark
         plog.high_watermark = min(data.high_watermark, plog.log_end_offset)
         if data.log_start_offset > plog.log_start_offset:
             plog.maybe_increment_log_start_offset(data.log_start_offset)
+        if plog.high_watermark > high_watermark:  # consumers reading here (KIP-392)
+            self.broker.replica_manager.notify_data(hosted.topic, hosted.partition)
 
     def _truncate_diverged(self, hosted: Partition, epoch: int, end_offset: int) -> None:
         plog = hosted.log

@@ -177,6 +177,14 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition}")
         return hosted
 
+    def readable_partition(self, topic: str, partition: int, *, from_follower: bool) -> Partition:
+        """The replica a consumer's fetch reads: the leader, or with `from_follower` (Fetch v11+,
+        KIP-392) a follower too, which serves up to its own high watermark."""
+        hosted = self.partitions.get((topic, partition))
+        if from_follower and hosted is not None and not hosted.is_leader:
+            return hosted
+        return self.leader_partition(topic, partition)
+
     def append_records(self, topic: str, partition: int, records: Any, *,
                        origin: AppendOrigin = AppendOrigin.CLIENT) -> Any:
         """Validate the batches (headers and CRC only) and append them; returns LogAppendInfo."""

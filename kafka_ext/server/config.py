@@ -300,6 +300,9 @@ class TopicConfigDef:
 
 _B = ConfigType.BOOLEAN
 _S = ConfigType.STRING
+# replica.selector.class values: Kafka's class names, as operators write them.
+LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 _I = ConfigType.INT
 _SH = ConfigType.SHORT
 _L = ConfigType.LONG
@@ -499,6 +502,9 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
        "How often high watermarks are written to replication-offset-checkpoint.", "ms",
        at_least(1)),
     _d("num.replica.fetchers", _I, 1, "Fetcher tasks per source broker.", "count", at_least(1)),
+    _d("replica.selector.class", _S, None,
+       "How a leader picks the replica a consumer reads from (KIP-392); unset: the leader.", "",
+       OneOf((LEADER_SELECTOR, RACK_AWARE_SELECTOR))),
     _d("fetch.max.bytes", _I, 55 * MIB, "Largest fetch response the broker builds.", "bytes",
        at_least(1024)),
     # Controller and metadata

@@ -32,6 +32,7 @@ from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.legacy_records import MAGIC_V0, MAGIC_V1, down_convert
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.client_quota_manager import client_of, now_ms
+from kafka_ext.server.config import RACK_AWARE_SELECTOR
 from kafka_ext.server.dispatcher import RequestContext
 from kafka_ext.server.fetch_session import (
     FINAL_EPOCH,
@@ -47,6 +48,7 @@ _TopicResponse = _Response.FetchableTopicResponse
 _PartitionData = _Response.PartitionData
 _AbortedTransaction = _Response.AbortedTransaction
 TOPIC_IDS_VERSION = 13
+FETCH_FROM_FOLLOWER_VERSION = 11  # KIP-392: RackId, PreferredReadReplica
 REPLICA_STATE_VERSION = 15  # the follower's id moved into ReplicaState (KIP-903)
 READ_COMMITTED = 1
 MESSAGE_FORMAT_V1_BELOW_VERSION = 4  # Fetch v2-3 read magic 1 messages
@@ -87,7 +89,8 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
                 if not t.unknown_topic_id and broker.diskless.is_diskless(t.topic, t.partition)}
     magic = _down_conversion_magic(ctx.api_version)
     while True:
-        results, total_bytes, has_error = _read_all(broker, request, targets, diskless)
+        results, total_bytes, has_error = _read_all(broker, request, targets, diskless,
+                                                    ctx.api_version)
         if diskless:
             more_bytes, more_error = await _read_diskless(broker, request, targets, results,
                                                           diskless, total_bytes)
@@ -153,12 +156,17 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
                 data.high_watermark = -1
             wanted.append((found.name if found else topic.topic,
                            found.topic_id if found else topic.topic_id, p))
+    # The high watermarks before this fetch: one that moves (this fetch or another follower's
+    # moved it) is answered at once, so followers serving consumers (KIP-392) learn it soon.
+    known_high_watermarks: list[int] = []
     for (name, _, p), data in zip(wanted, results, strict=True):
+        known_high_watermarks.append(-1)
         if data.error_code:
             continue
         try:
             hosted = replicas.leader_partition(name, p.partition)
             hosted.check_leader_epoch(p.current_leader_epoch)
+            known_high_watermarks[-1] = hosted.high_watermark
             replicas.record_follower_fetch(hosted, replica_id, p.fetch_offset, p.log_start_offset)
         except KafkaError as exc:
             data.error_code = int(exc.code)
@@ -167,6 +175,8 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     while True:
         total, done = _read_for_replica(replicas, request, wanted, results)
+        done = done or any(data.high_watermark > known for data, known
+                           in zip(results, known_high_watermarks, strict=True))
         remaining = deadline - loop.time()
         if done or total >= request.min_bytes or remaining <= 0:
             break
@@ -225,6 +235,22 @@ def _read_for_replica(replicas: Any, request: Any, wanted: list[tuple[str, Any, 
         data.records = info.records
         total += sum(r.nbytes for r in info.records)
     return total, done
+
+
+def _preferred_read_replica(broker: Any, hosted: Any, rack_id: str) -> int:
+    """Kafka's RackAwareReplicaSelector: the leader when it is in the consumer's rack, else the
+    in-sync replica of that rack furthest along, else the leader."""
+    brokers = broker.controller.image.brokers
+
+    def rack_of(node_id: int) -> str | None:
+        known = brokers.get(node_id)
+        return known.rack if known is not None and not known.fenced else None
+
+    if rack_of(hosted.local_id) == rack_id:
+        return int(hosted.local_id)
+    candidates = [(state.log_end_offset, replica) for replica, state in hosted.followers.items()
+                  if replica in hosted.isr and rack_of(replica) == rack_id]
+    return max(candidates)[1] if candidates else int(hosted.local_id)
 
 
 def _down_conversion_magic(api_version: int) -> int | None:
@@ -377,8 +403,8 @@ def _resolve(ctx: RequestContext, request: Any, uses_ids: bool
     return session, targets + unknown, incremental
 
 
-def _read_all(broker: Any, request: Any, targets: list[_Target], diskless: set[int]
-              ) -> tuple[list[Any], int, bool]:
+def _read_all(broker: Any, request: Any, targets: list[_Target], diskless: set[int],
+              api_version: int) -> tuple[list[Any], int, bool]:
     """Read every classic target within the budgets; diskless ones get an empty entry that
     _read_diskless fills. Records are never null, even on error: librdkafka drops the whole
     response when a partition's records field is null."""
@@ -387,6 +413,9 @@ def _read_all(broker: Any, request: Any, targets: list[_Target], diskless: set[i
     total = 0
     has_error = False
     results = []
+    from_follower = api_version >= FETCH_FROM_FOLLOWER_VERSION
+    rack_id = request.rack_id if from_follower else ""
+    selector = broker.config.values.get("replica.selector.class")
     for index, target in enumerate(targets):
         if index in diskless:
             results.append(_PartitionData(partition_index=target.partition, error_code=0,
@@ -399,7 +428,8 @@ def _read_all(broker: Any, request: Any, targets: list[_Target], diskless: set[i
             has_error = True
             continue
         try:
-            hosted = replicas.leader_partition(target.topic, target.partition)
+            hosted = replicas.readable_partition(target.topic, target.partition,
+                                                 from_follower=from_follower)
         except KafkaError as exc:  # unknown here, or its log could not be opened
             results.append(_PartitionData(partition_index=target.partition,
                                           error_code=int(exc.code), high_watermark=-1,
@@ -419,8 +449,18 @@ def _read_all(broker: Any, request: Any, targets: list[_Target], diskless: set[i
         max_bytes = min(target.cached.max_bytes, max(budget - total, 0))
         try:
             hosted.check_leader_epoch(target.current_leader_epoch)
+            if hosted.is_leader and rack_id and selector == RACK_AWARE_SELECTOR:
+                preferred = _preferred_read_replica(broker, hosted, rack_id)
+                if preferred != hosted.local_id:  # KIP-392: read there, nothing from here
+                    data.preferred_read_replica = preferred
+                    continue
             if max_bytes <= 0 and total > 0:
                 continue  # the response is full: this partition answers without records
+            if not hosted.is_leader and target.cached.fetch_offset > plog.log_end_offset:
+                # A follower behind its leader: the consumer retries, it must not reset.
+                raise KafkaError(ErrorCode.OFFSET_NOT_AVAILABLE,
+                                 f"offset {target.cached.fetch_offset} is not on this follower "
+                                 "yet")
             # read_committed consumers see nothing past the last stable offset (KIP-98).
             info = plog.read(target.cached.fetch_offset, max_bytes,
                              max_offset=last_stable_offset if read_committed else high_watermark,

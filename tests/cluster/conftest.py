@@ -207,7 +207,9 @@ class Cluster:
     """`controllers` voters and `brokers` broker-only nodes, or `combined` nodes of both."""
 
     def __init__(self, root: Path, *, combined: int = 0, controllers: int = 0,
-                 brokers: int = 0, extra: dict[str, str] | None = None) -> None:
+                 brokers: int = 0, extra: dict[str, str] | None = None,
+                 racks: dict[int, str] | None = None) -> None:
+        """`racks`: broker.rack per node id."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.nodes: dict[int, Node] = {}
@@ -226,7 +228,8 @@ class Cluster:
                 f"{j}@127.0.0.1:"
                 f"{self.nodes[j].controller_port if i == j else self.proxies[(i, j)].port}"
                 for j in self.voter_ids)
-            node.write_config(voters, extra or {})
+            rack = {"broker.rack": racks[i]} if racks and i in racks else {}
+            node.write_config(voters, {**(extra or {}), **rack})
             node.format()
 
     def start(self) -> None:

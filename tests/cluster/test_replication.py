@@ -13,11 +13,15 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_ext.coordinator.runtime import partition_for_key
+from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.messages import registry
+from kafka_ext.server.config import RACK_AWARE_SELECTOR
 from tests.cluster.conftest import Cluster, Node
-from tests.cluster.test_cluster import consume_group, wait_until
+from tests.cluster.test_cluster import call, consume_group, wait_until
 
 # Followers that stop fetching leave the ISR after 2 s (Kafka's default is 30 s).
 REPLICATION = {"replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "200"}
+RACKS = {101: "rack-a", 102: "rack-b", 103: "rack-c"}  # the brokers of a 3 + 3 cluster
 
 
 def create_replicated_topic(node: Node, name: str, partitions: int, factor: int,
@@ -155,9 +159,56 @@ def test_a_killed_broker_loses_no_acknowledged_write_nor_committed_offset_and_ca
     check_history(producer.acked, read_all(victim, "events", len(producer.acked)))
 
 
-def test_min_insync_replicas_refuses_what_it_cannot_protect(cluster_factory: Any) -> None:
+def check_fetch_from_follower(cluster: Cluster) -> None:
+    """KIP-392: the leader names the follower in the consumer's rack, which serves up to its
+    high watermark; librdkafka with client.rack follows the hint."""
+    n1 = cluster.brokers[0]
+    create_replicated_topic(n1, "nearby", 1, 3)
+    producer = SequencedProducer(n1, "nearby")
+    producer.send(200)
+    producer.flush()
+    leader, replicas, _ = partition_state(n1, "nearby")[0]
+    follower = next(r for r in replicas if r != leader)
+    follower_rack = RACKS[follower]
+    wait_until(lambda: len(partition_state(n1, "nearby")[0][2]) == 3, 20, "all in sync")
+    Fetch = registry().requests[ApiKey.FETCH].cls
+
+    def fetch_from(node_id: int) -> Any:
+        answer = call(cluster.nodes[node_id], ApiKey.FETCH, 12, replica_id=-1, max_wait_ms=0,
+                      min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                      session_epoch=-1, topics=[Fetch.FetchTopic(topic="nearby", partitions=[
+                          Fetch.FetchPartition(partition=0, fetch_offset=0,
+                                               partition_max_bytes=1 << 20)])],
+                      forgotten_topics_data=[], rack_id=follower_rack)
+        return answer.responses[0].partitions[0]
+
+    hinted = fetch_from(leader)
+    assert hinted.error_code == 0 and hinted.preferred_read_replica == follower
+    assert not hinted.records
+    served = fetch_from(follower)
+    assert served.error_code == 0 and served.high_watermark == 200 and len(served.records) > 0
+    consumer = Consumer({"bootstrap.servers": cluster.nodes[leader].bootstrap,
+                         "group.id": "near", "auto.offset.reset": "earliest",
+                         "client.rack": follower_rack})
+    consumer.subscribe(["nearby"])
+    seen: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < 200 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            seen.append((msg.offset(), msg.value()))
+    consumer.close()
+    assert seen == sorted((o, v) for v, (_, o) in producer.acked.items())
+
+
+def test_fetch_from_follower_and_min_insync_replicas(cluster_factory: Any) -> None:
+    """A consumer reads from the follower of its rack; min.insync.replicas refuses acks=all
+    writes it cannot protect and lets acks=1 through."""
     # Separate controllers: two brokers down must not take the metadata quorum with them.
-    cluster: Cluster = cluster_factory(controllers=3, brokers=3, extra=REPLICATION)
+    cluster: Cluster = cluster_factory(
+        controllers=3, brokers=3, racks=RACKS,
+        extra={**REPLICATION, "replica.selector.class": RACK_AWARE_SELECTOR})
+    check_fetch_from_follower(cluster)  # one cluster for both: CI time
     n1, n2, n3 = cluster.brokers
     create_replicated_topic(n1, "guarded", 1, 3, {"min.insync.replicas": "2"})
     leader = partition_state(n1, "guarded")[0][0]
