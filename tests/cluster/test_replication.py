@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
+from collections import defaultdict
 from typing import Any
 
+import kafka
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -17,7 +18,7 @@ from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.config import RACK_AWARE_SELECTOR
 from tests.cluster.conftest import Cluster, Node
-from tests.cluster.test_cluster import call, consume_group, wait_until
+from tests.cluster.test_cluster import call, wait_until
 
 # Followers that stop fetching leave the ISR after 2 s (Kafka's default is 30 s).
 REPLICATION = {"replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "200"}
@@ -40,9 +41,24 @@ def partition_state(node: Node, topic: str) -> dict[int, tuple[int, list[int], l
 
 def read_all(node: Node, topic: str, expected: int, timeout_s: float = 60
              ) -> dict[int, list[tuple[int, bytes]]]:
-    """(offset, value) per partition, read from the start under a group of its own."""
-    return consume_group(node, topic, expected, f"check-{uuid.uuid4()}", timeout_s,
-                         commit=False)
+    """(offset, value) per partition, read from the start without a group: a reader must not
+    depend on a group coordinator a test may have killed."""
+    consumer = kafka.KafkaConsumer(bootstrap_servers=node.bootstrap, group_id=None,
+                                   enable_auto_commit=False, auto_offset_reset="earliest")
+    deadline = time.monotonic() + timeout_s
+    partitions = None
+    while not partitions and time.monotonic() < deadline:
+        partitions = consumer.partitions_for_topic(topic)
+        time.sleep(0.1)
+    consumer.assign([kafka.TopicPartition(topic, p) for p in sorted(partitions or ())])
+    got: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+    try:
+        while sum(map(len, got.values())) < expected and time.monotonic() < deadline:
+            for tp, messages in consumer.poll(timeout_ms=500).items():
+                got[tp.partition] += [(m.offset, m.value) for m in messages]
+    finally:
+        consumer.close()
+    return got
 
 
 class SequencedProducer:
