@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafka_ext.protocol.api_keys import ApiKey
@@ -30,18 +31,42 @@ RETRY_BACKOFF_S = 0.1
 _Request = registry()["AlterPartitionRequest"].cls
 
 
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """An ISR proposal with the epochs it was made in: it is sent in them, even when retried,
+    and dropped once the partition has moved on."""
+
+    hosted: Partition
+    new_isr: tuple[int, ...]
+    leader_epoch: int
+    partition_epoch: int
+
+    @property
+    def current(self) -> bool:
+        """Still the partition's pending proposal, in the epochs it was made in."""
+        hosted = self.hosted
+        return (hosted.is_leader and hosted.pending_isr == self.new_isr
+                and hosted.leader_epoch == self.leader_epoch
+                and hosted.partition_epoch == self.partition_epoch)
+
+
 class AlterPartitionManager:
     """Owned by the broker's event loop."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self._queued: dict[tuple[str, int], tuple[Partition, tuple[int, ...]]] = {}
+        self._queued: dict[tuple[str, int], Proposal] = {}
         self._sending: asyncio.Task[None] | None = None
 
     def submit(self, hosted: Partition, new_isr: tuple[int, ...]) -> None:
-        self._queued[(hosted.topic, hosted.partition)] = (hosted, new_isr)
+        self.queue(hosted, new_isr)
         if self._sending is None or self._sending.done():
             self._sending = asyncio.get_running_loop().create_task(self._send_queued())
+
+    def queue(self, hosted: Partition, new_isr: tuple[int, ...]) -> None:
+        """Queue a proposal for the next request, with the partition's epochs as of now."""
+        self._queued[(hosted.topic, hosted.partition)] = Proposal(
+            hosted, new_isr, hosted.leader_epoch, hosted.partition_epoch)
 
     async def stop(self) -> None:
         if self._sending is not None:
@@ -50,7 +75,10 @@ class AlterPartitionManager:
     async def _send_queued(self) -> None:
         while self._queued:
             await asyncio.sleep(0)  # let the proposals of this turn join the request
-            batch, self._queued = self._queued, {}
+            batch = {tp: p for tp, p in self._queued.items() if p.current}
+            self._queued = {}
+            if not batch:
+                continue
             try:
                 response = await self._send(batch)
             except (KafkaError, ConnectionError, TimeoutError, OSError) as exc:
@@ -61,21 +89,22 @@ class AlterPartitionManager:
                 continue
             self._settle(batch, response)
 
-    async def _send(self, batch: dict[tuple[str, int], tuple[Partition, tuple[int, ...]]]
-                    ) -> Any:
+    async def _send(self, batch: dict[tuple[str, int], Proposal]) -> Any:
         broker = self.broker
         image = broker.controller.image
         topics: dict[Any, Any] = {}
-        for hosted, new_isr in batch.values():
+        for proposal in batch.values():
+            hosted = proposal.hosted
             topic = topics.get(hosted.topic_id)
             if topic is None:
                 topic = topics[hosted.topic_id] = _Request.TopicData(
                     topic_name=hosted.topic, topic_id=hosted.topic_id, partitions=[])
             topic.partitions.append(_Request.PartitionData(
-                partition_index=hosted.partition, leader_epoch=hosted.leader_epoch,
-                partition_epoch=hosted.partition_epoch, new_isr=list(new_isr),
+                partition_index=hosted.partition, leader_epoch=proposal.leader_epoch,
+                partition_epoch=proposal.partition_epoch, new_isr=list(proposal.new_isr),
                 new_isr_with_epochs=[_Request.BrokerState(
-                    broker_id=r, broker_epoch=_broker_epoch(image, r)) for r in new_isr]))
+                    broker_id=r, broker_epoch=_broker_epoch(image, r))
+                    for r in proposal.new_isr]))
         request = _Request(broker_id=broker.node_id, broker_epoch=broker.lifecycle.broker_epoch,
                            topics=list(topics.values()))
         response = await broker.lifecycle.to_controller(
@@ -85,27 +114,39 @@ class AlterPartitionManager:
             raise KafkaError(ErrorCode(response.error_code), "AlterPartition refused")
         return response
 
-    def _settle(self, batch: dict[tuple[str, int], tuple[Partition, tuple[int, ...]]],
-                response: Any) -> None:
+    def _settle(self, batch: dict[tuple[str, int], Proposal], response: Any) -> None:
+        """Apply each answer to the proposal it answers, if that is still pending: an answer
+        that comes after the metadata moved on settles nothing."""
         replicas = self.broker.replica_manager
-        by_id = {(hosted.topic_id, hosted.partition): hosted for hosted, _ in batch.values()}
+        by_id = {(p.hosted.topic_id, p.hosted.partition): p for p in batch.values()}
         for topic in response.topics:
             for answer in topic.partitions:
-                hosted = by_id.get((topic.topic_id, answer.partition_index))
-                if hosted is None or replicas.partitions.get(
-                        (hosted.topic, hosted.partition)) is not hosted:
-                    continue  # no longer hosted here
-                if answer.error_code:
-                    log.info("%s-%d: ISR change refused: %s", hosted.topic, hosted.partition,
-                             ErrorCode(answer.error_code).name)
-                    replicas.isr_change_done(hosted, None, -1)
+                proposal = by_id.get((topic.topic_id, answer.partition_index))
+                if proposal is None or not proposal.current:
                     continue
-                if answer.leader_epoch != hosted.leader_epoch:
-                    replicas.isr_change_done(hosted, None, -1)  # the image will say more
+                hosted = proposal.hosted
+                if replicas.partitions.get((hosted.topic, hosted.partition)) is not hosted:
+                    continue  # no longer hosted here
+                error = ErrorCode(answer.error_code)
+                if error in _SETTLED_BY_THE_IMAGE:
+                    # The metadata changed under the proposal (perhaps by it, its answer lost):
+                    # it stays pending until the image with the newer epoch replaces it.
+                    log.info("%s-%d: ISR change refused (%s); waiting for the metadata",
+                             hosted.topic, hosted.partition, error.name)
+                    continue
+                if error != ErrorCode.NONE:
+                    log.info("%s-%d: ISR change refused: %s", hosted.topic, hosted.partition,
+                             error.name)
+                    replicas.isr_change_done(hosted, None, -1)
                     continue
                 log.info("%s-%d: ISR is now %s (partition epoch %d)", hosted.topic,
                          hosted.partition, list(answer.isr), answer.partition_epoch)
                 replicas.isr_change_done(hosted, tuple(answer.isr), answer.partition_epoch)
+
+
+# Refusals that mean the partition has a newer state the metadata image will bring.
+_SETTLED_BY_THE_IMAGE = frozenset({ErrorCode.INVALID_UPDATE_VERSION,
+                                   ErrorCode.FENCED_LEADER_EPOCH})
 
 
 def _broker_epoch(image: Any, broker_id: int) -> int:

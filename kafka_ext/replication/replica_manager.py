@@ -118,11 +118,13 @@ class ReplicaManager:
             self.partitions[tp] = hosted
         was_leader, old_epoch = hosted.is_leader, hosted.leader_epoch
         hosted.replicas = part.replicas
+        if part.partition_epoch > hosted.partition_epoch:
+            # A newer partition state replaces any proposal in flight, as in Kafka: the leader
+            # proposes again from it if it still needs to.
+            hosted.pending_isr = None
         if part.partition_epoch >= hosted.partition_epoch:
             hosted.isr = part.isr
             hosted.partition_epoch = part.partition_epoch
-            if hosted.pending_isr is not None and set(hosted.pending_isr) == set(part.isr):
-                hosted.pending_isr = None  # the change we asked for, now committed
         hosted.leader_id = part.leader
         hosted.leader_epoch = part.leader_epoch
         if hosted.is_leader:

@@ -167,7 +167,13 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
             hosted = replicas.leader_partition(name, p.partition)
             hosted.check_leader_epoch(p.current_leader_epoch)
             known_high_watermarks[-1] = hosted.high_watermark
-            replicas.record_follower_fetch(hosted, replica_id, p.fetch_offset, p.log_start_offset)
+            plog = hosted.log
+            # A fetch whose log diverged or lies outside ours says nothing of what the follower
+            # holds: counting it would let a diverged tail join the ISR (Kafka skips it too).
+            if (hosted.diverging_epoch(p.last_fetched_epoch, p.fetch_offset) is None
+                    and plog.log_start_offset <= p.fetch_offset <= plog.log_end_offset):
+                replicas.record_follower_fetch(hosted, replica_id, p.fetch_offset,
+                                               p.log_start_offset)
         except KafkaError as exc:
             data.error_code = int(exc.code)
             data.high_watermark = -1

@@ -864,6 +864,9 @@ class UnifiedLog:
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= self._log_end_offset:
+            # A leader's epoch may start at the end with no batch in it yet: as a follower now,
+            # it must go, or the leader answers the same DivergingEpoch forever (Kafka does so).
+            self._epoch_cache.truncate_from_end(self._log_end_offset)
             return False
         if offset < self._log_start_offset or offset <= self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
