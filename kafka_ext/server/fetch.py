@@ -207,10 +207,9 @@ def _read_for_replica(replicas: Any, request: Any, wanted: list[tuple[str, Any, 
     total = 0
     done = False
     for (name, _, p), data in zip(wanted, results, strict=True):
-        if data.error_code and data.error_code != ErrorCode.OFFSET_OUT_OF_RANGE:
+        if data.error_code:  # refused before reading (unknown, not the leader, old epoch)
             done = True
             continue
-        data.error_code = 0
         try:
             hosted = replicas.leader_partition(name, p.partition)
             hosted.check_leader_epoch(p.current_leader_epoch)

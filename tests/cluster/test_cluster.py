@@ -103,14 +103,13 @@ def check_leader_hints(cluster: Cluster, topic: str, led: dict[int, int]) -> Non
             (leader, leader_node.client_port)]
 
 
-def consume_group(node: Node, topic: str, count: int, group: str, timeout_s: float = 60,
-                  commit: bool = True) -> dict[int, list[tuple[int, bytes]]]:
-    """(offset, value) per partition, until `count` records or the time is up."""
+def consume_group(node: Node, topic: str, count: int, group: str
+                  ) -> dict[int, list[tuple[int, bytes]]]:
     consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": commit})
+                         "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     got: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + 60
     try:
         while sum(map(len, got.values())) < count and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
