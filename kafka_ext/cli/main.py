@@ -16,6 +16,7 @@ from kafka_ext.cli import (
     configs,
     console_consumer,
     console_producer,
+    leader_election,
     log_dirs,
     metadata_quorum,
     reassign_partitions,
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     console_consumer.add_parser(subparsers)
     log_dirs.add_parser(subparsers)
     reassign_partitions.add_parser(subparsers)
+    leader_election.add_parser(subparsers)
     storage.add_parser(subparsers)
     metadata_quorum.add_parser(subparsers)
     configs.add_parser(subparsers)

@@ -29,10 +29,28 @@ class PartitionImage:
     # Diskless topics: the partition of __diskless_metadata whose coordinator owns this
     # partition (PartitionRecord's DisklessCoordinator tag); -1 for a classic partition.
     diskless_coordinator: int = -1
+    # A reassignment in progress (KIP-455): `replicas` holds the target replicas followed by
+    # the ones being removed; `adding_replicas` are the targets that were not replicas before.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
     @property
     def is_diskless(self) -> bool:
         return self.diskless_coordinator >= 0
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """Where a reassignment in progress moves the partition (its replicas when none)."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas before the reassignment in progress: what cancelling it restores."""
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
 
 
 @dataclass(slots=True, frozen=True)
@@ -219,7 +237,8 @@ def _apply_topic(delta: MetadataDelta, record: Any) -> None:
 def _apply_partition(delta: MetadataDelta, record: Any) -> None:
     delta.partitions_of(record.topic_id)[record.partition_id] = PartitionImage(
         record.partition_id, tuple(record.replicas), tuple(record.isr), record.leader,
-        record.leader_epoch, record.partition_epoch, record.diskless_coordinator)
+        record.leader_epoch, record.partition_epoch, record.diskless_coordinator,
+        tuple(record.adding_replicas or ()), tuple(record.removing_replicas or ()))
 
 
 def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:
@@ -230,6 +249,10 @@ def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:
         changes["isr"] = tuple(record.isr)
     if record.replicas is not None:
         changes["replicas"] = tuple(record.replicas)
+    if record.adding_replicas is not None:
+        changes["adding_replicas"] = tuple(record.adding_replicas)
+    if record.removing_replicas is not None:
+        changes["removing_replicas"] = tuple(record.removing_replicas)
     if record.leader != -2:  # -2: leader unchanged
         changes["leader"] = record.leader
         changes["leader_epoch"] = old.leader_epoch + 1

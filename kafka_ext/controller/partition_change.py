@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka_ext.controller.image import PartitionImage
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 
 NO_LEADER = -1
@@ -51,20 +52,116 @@ def elect(replicas: tuple[int, ...], isr: tuple[int, ...], current_leader: int,
 
 def partition_change(topic_id: uuid.UUID, part: PartitionImage, alive: frozenset[int] | set[int],
                      unclean_allowed: bool, *, target_isr: tuple[int, ...] | None = None,
-                     replicas: tuple[int, ...] | None = None
-                     ) -> tuple[Any, LeaderAndIsr] | None:
+                     replicas: tuple[int, ...] | None = None,
+                     adding: tuple[int, ...] | None = None,
+                     removing: tuple[int, ...] | None = None,
+                     leader: int | None = None) -> tuple[Any, LeaderAndIsr] | None:
     """The PartitionChangeRecord moving `part` to the leader and ISR `elect` picks for the
-    alive brokers (and `target_isr` / `replicas` when given); None when nothing changes."""
+    alive brokers (and `target_isr` / `replicas` / reassignment state when given; `leader`
+    forces a leader the caller checked is alive and in the ISR); None when nothing changes."""
     new_replicas = part.replicas if replicas is None else replicas
+    new_adding = part.adding_replicas if adding is None else adding
+    new_removing = part.removing_replicas if removing is None else removing
     isr = part.isr if target_isr is None else target_isr
     isr = tuple(r for r in isr if r in new_replicas) or isr[-1:]
-    chosen = elect(new_replicas, isr, part.leader, alive, unclean_allowed)
+    chosen = (LeaderAndIsr(leader, isr) if leader is not None
+              else elect(new_replicas, isr, part.leader, alive, unclean_allowed))
     if (chosen.leader == part.leader and chosen.isr == part.isr
-            and new_replicas == part.replicas):
+            and new_replicas == part.replicas and new_adding == part.adding_replicas
+            and new_removing == part.removing_replicas):
         return None
     record = registry()["PartitionChangeRecord"].cls(
         topic_id=topic_id, partition_id=part.partition_id,
         leader=chosen.leader if chosen.leader != part.leader else LEADER_UNCHANGED,
         isr=list(chosen.isr) if chosen.isr != part.isr else None,
-        replicas=list(new_replicas) if new_replicas != part.replicas else None)
+        replicas=list(new_replicas) if new_replicas != part.replicas else None,
+        adding_replicas=list(new_adding) if new_adding != part.adding_replicas else None,
+        removing_replicas=list(new_removing) if new_removing != part.removing_replicas else None)
     return record, chosen
+
+
+# -- reassignments (KIP-455) -----------------------------------------------------------------
+#
+# A reassignment to target replicas T lists the partition's replicas as T followed by the
+# current replicas T drops (`removing`); `adding` are the members of T that were not replicas
+# before it. The adding replicas fetch like any follower and join the ISR when they catch up;
+# once every member of T is in the ISR the reassignment completes: the replicas become T, the
+# removed ones leave the ISR, and a leader that was removed hands over to a member of T.
+
+
+def reassign(topic_id: uuid.UUID, part: PartitionImage, target: tuple[int, ...] | None,
+             alive: frozenset[int] | set[int], unclean_allowed: bool
+             ) -> tuple[Any, LeaderAndIsr] | None:
+    """The change starting a reassignment of `part` to `target`, or cancelling the one in
+    progress (`target` None, or the replicas from before it); it completes at once when the
+    ISR already holds every target. KafkaError NO_REASSIGNMENT_IN_PROGRESS or
+    INVALID_REPLICA_ASSIGNMENT; the target's brokers are the caller's to check."""
+    if target is None or (part.is_reassigning and target == part.original_replicas):
+        if not part.is_reassigning:
+            raise KafkaError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                             f"partition {part.partition_id} is not being reassigned")
+        original = part.original_replicas
+        if not any(r in original for r in part.isr):
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"cancelling would leave partition {part.partition_id} with no "
+                             f"in-sync replica among {list(original)}")
+        return partition_change(topic_id, part, alive, unclean_allowed, replicas=original,
+                                adding=(), removing=())
+    if not target or len(set(target)) != len(target):
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         f"partition {part.partition_id}: empty or duplicate replicas "
+                         f"{list(target)}")
+    if set(target) <= set(part.isr):  # nothing to copy
+        return partition_change(topic_id, part, alive, unclean_allowed, replicas=target,
+                                adding=(), removing=())
+    removing = tuple(r for r in part.replicas if r not in target)
+    adding = tuple(r for r in target if r not in part.original_replicas)
+    return partition_change(topic_id, part, alive, unclean_allowed,
+                            replicas=target + removing, adding=adding, removing=removing)
+
+
+def isr_change(topic_id: uuid.UUID, part: PartitionImage, new_isr: tuple[int, ...],
+               alive: frozenset[int] | set[int], unclean_allowed: bool) -> Any | None:
+    """The record setting the ISR a leader proposed (AlterPartition); when it completes a
+    reassignment in progress, the same record makes the target the replicas."""
+    if part.is_reassigning and set(part.target_replicas) <= set(new_isr):
+        change = partition_change(topic_id, part, alive, unclean_allowed, target_isr=new_isr,
+                                  replicas=part.target_replicas, adding=(), removing=())
+        return change[0] if change is not None else None
+    if new_isr == part.isr:
+        return None
+    return registry()["PartitionChangeRecord"].cls(
+        topic_id=topic_id, partition_id=part.partition_id, leader=LEADER_UNCHANGED,
+        isr=list(new_isr))
+
+
+# -- leader elections (ElectLeaders) -----------------------------------------------------------
+
+PREFERRED = 0  # ElectLeaders' ElectionType
+UNCLEAN = 1
+
+
+def elect_leader(topic_id: uuid.UUID, part: PartitionImage, election_type: int,
+                 alive: frozenset[int] | set[int]) -> Any:
+    """The record of an asked-for election: PREFERRED moves leadership to the first replica
+    when it is alive and in sync; UNCLEAN gives a partition without a leader one, in sync if it
+    can, else any alive replica. KafkaError ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE
+    or ELIGIBLE_LEADERS_NOT_AVAILABLE otherwise."""
+    if election_type == PREFERRED:
+        preferred = part.replicas[0]
+        if part.leader == preferred:
+            raise KafkaError(ErrorCode.ELECTION_NOT_NEEDED, "")
+        if preferred not in alive or preferred not in part.isr:
+            raise KafkaError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                             f"the preferred leader {preferred} is not alive and in sync "
+                             f"(ISR {list(part.isr)})")
+        change = partition_change(topic_id, part, alive, False, leader=preferred)
+    else:
+        if part.leader != NO_LEADER and part.leader in alive:
+            raise KafkaError(ErrorCode.ELECTION_NOT_NEEDED, "")
+        change = partition_change(topic_id, part, alive, True)
+        if change is None or change[1].leader == NO_LEADER:
+            raise KafkaError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                             f"no replica of {list(part.replicas)} is alive")
+    assert change is not None
+    return change[0]

@@ -45,7 +45,12 @@ from kafka_ext.controller.image import (
     TopicImage,
 )
 from kafka_ext.controller.metadata_log import METADATA_TOPIC, replay
-from kafka_ext.controller.partition_change import LEADER_UNCHANGED
+from kafka_ext.controller.partition_change import (
+    PREFERRED,
+    elect_leader,
+    isr_change,
+    reassign,
+)
 from kafka_ext.controller.quorum_status import QuorumStatusSource, RaftQuorumStatus
 from kafka_ext.controller.snapshot import read_snapshot_image, write_snapshot
 from kafka_ext.network.node_client import NodeChannels
@@ -650,7 +655,7 @@ class QuorumController:
                     raise KafkaError(ErrorCode.INVALID_CONFIG,
                                      f"{name} can only be set when the topic is created")
             _check_diskless_configs(rname, desired)
-        elif desired.keys() <= DYNAMIC_BROKER_CONFIGS:  # JBOD: intra.broker.throttled.rate
+        elif desired.keys() <= DYNAMIC_BROKER_CONFIGS:  # the throttle rates
             for name, value in list(desired.items()):
                 try:
                     desired[name] = validate_dynamic_broker_config(name, value)
@@ -784,11 +789,13 @@ class QuorumController:
                 except KafkaError as exc:
                     results.append(IsrChangeResult(change, exc.code))
                     continue
-                if tuple(change.new_isr) != part.isr:
-                    records.append(self._record(
-                        "PartitionChangeRecord", topic_id=topic.topic_id,
-                        partition_id=part.partition_id, leader=LEADER_UNCHANGED,
-                        isr=list(change.new_isr)))
+                record = isr_change(topic.topic_id, part, tuple(change.new_isr), alive,
+                                    self.unclean_allowed(topic.name))
+                if record is not None:
+                    if record.replicas is not None:
+                        log.info("reassignment of %s-%d completes: replicas %s", topic.name,
+                                 part.partition_id, record.replicas)
+                    records.append(record)
                 results.append(IsrChangeResult(change, ErrorCode.NONE))
             if records:
                 await self._commit(records)
@@ -825,6 +832,126 @@ class QuorumController:
             raise KafkaError(ErrorCode.INELIGIBLE_REPLICA, "a fenced or shutting-down broker "
                              f"cannot join the ISR ({list(new_isr)})")
         return topic, part
+
+    # -- reassignments (AlterPartitionReassignments 45, ListPartitionReassignments 46) -------
+
+    async def alter_partition_reassignments(
+            self, changes: list[tuple[str, int, tuple[int, ...] | None]]
+    ) -> list[tuple[ErrorCode, str | None]]:
+        """Start (target replicas) or cancel (None) the reassignment of each (topic, partition);
+        one (error, message) per change, the valid ones committed in one batch."""
+        async with self._lock:
+            alive = alive_brokers(self.image)
+            registered = set(self.image.brokers) or {self.node_id}
+            outcome: list[tuple[ErrorCode, str | None]] = []
+            records: list[Any] = []
+            for topic_name, partition, target in changes:
+                try:
+                    topic, part = self._reassignable(topic_name, partition)
+                    unknown = [r for r in target or () if r not in registered]
+                    if unknown:
+                        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                         f"no broker {unknown[0]} is registered")
+                    change = reassign(topic.topic_id, part, target, alive,
+                                      self.unclean_allowed(topic_name))
+                except KafkaError as exc:
+                    outcome.append((exc.code, exc.message or None))
+                    continue
+                if change is not None:
+                    records.append(change[0])
+                    log.info("%s reassignment of %s-%d: replicas %s", "cancelling"
+                             if target is None else "starting", topic_name, partition,
+                             list(target) if target is not None else "as before")
+                outcome.append((ErrorCode.NONE, None))
+            if records:
+                await self._commit(records)
+            return outcome
+
+    def _reassignable(self, topic_name: str, partition: int
+                      ) -> tuple[TopicImage, PartitionImage]:
+        topic = self.image.topics_by_name.get(topic_name)
+        part = topic.partitions.get(partition) if topic is not None else None
+        if topic is None or part is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"{topic_name}-{partition} does not exist")
+        if part.is_diskless:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"{topic_name}-{partition} is diskless: "
+                             "its data lives in object storage, not on replicas")
+        return topic, part
+
+    def ongoing_reassignments(self, wanted: dict[str, list[int]] | None
+                              ) -> dict[str, list[PartitionImage]]:
+        """The partitions being reassigned, of every topic or of `wanted` ones, by topic."""
+        found: dict[str, list[PartitionImage]] = {}
+        for name, topic in self.image.topics_by_name.items():
+            if wanted is not None and name not in wanted:
+                continue
+            ids = wanted[name] if wanted is not None else sorted(topic.partitions)
+            parts = [topic.partitions[p] for p in ids
+                     if p in topic.partitions and topic.partitions[p].is_reassigning]
+            if parts:
+                found[name] = parts
+        return found
+
+    # -- leader elections (ElectLeaders 43, auto.leader.rebalance.enable) --------------------
+
+    async def elect_leaders(self, election_type: int,
+                            wanted: dict[str, list[int]] | None
+                            ) -> dict[str, dict[int, tuple[ErrorCode, str | None]]]:
+        """Run a preferred or unclean election on each wanted partition (None: every
+        partition, and then only those an election was needed for are answered)."""
+        async with self._lock:
+            alive = alive_brokers(self.image)
+            outcome: dict[str, dict[int, tuple[ErrorCode, str | None]]] = {}
+            records: list[Any] = []
+            targets = wanted if wanted is not None else {
+                name: sorted(t.partitions) for name, t in self.image.topics_by_name.items()}
+            for name, partitions in targets.items():
+                topic = self.image.topics_by_name.get(name)
+                for partition in dict.fromkeys(partitions):  # each once
+                    part = topic.partitions.get(partition) if topic is not None else None
+                    try:
+                        if topic is None or part is None:
+                            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                             f"{name}-{partition} does not exist")
+                        if part.is_diskless:
+                            raise KafkaError(ErrorCode.ELECTION_NOT_NEEDED, "")
+                        records.append(elect_leader(topic.topic_id, part, election_type, alive))
+                        if election_type != PREFERRED:
+                            log.warning("unclean election asked for %s-%d: acknowledged "
+                                        "writes its new leader missed are lost", name, partition)
+                        error: tuple[ErrorCode, str | None] = (ErrorCode.NONE, None)
+                    except KafkaError as exc:
+                        if wanted is None and exc.code == ErrorCode.ELECTION_NOT_NEEDED:
+                            continue
+                        error = (exc.code, exc.message or None)
+                    outcome.setdefault(name, {})[partition] = error
+            if records:
+                await self._commit(records)
+            return outcome
+
+    async def balance_leaders(self) -> None:
+        """auto.leader.rebalance.enable: give every partition whose preferred replica is alive
+        and in sync but does not lead back to it (the active controller, on a timer)."""
+        if not self.raft.is_leader:
+            return
+        alive = alive_brokers(self.image)
+        imbalanced = {name: [p.partition_id for p in t.partitions.values()
+                             if not p.is_diskless and p.leader != p.replicas[0]
+                             and p.replicas[0] in alive and p.replicas[0] in p.isr]
+                      for name, t in self.image.topics_by_name.items()}
+        imbalanced = {name: parts for name, parts in imbalanced.items() if parts}
+        if not imbalanced:
+            return
+        try:
+            elected = await self.elect_leaders(PREFERRED, imbalanced)
+        except KafkaError as exc:  # leadership moved: the next controller balances
+            log.info("could not balance partition leaders: %s", exc)
+            return
+        moved = sum(1 for parts in elected.values() for code, _ in parts.values()
+                    if code == ErrorCode.NONE)
+        if moved:
+            log.info("moved %d partition leadership(s) back to their preferred replicas", moved)
 
     # -- producer ids ------------------------------------------------------------------------
 

@@ -123,7 +123,9 @@ def _topic_records(image: MetadataImage) -> Iterator[Any]:
             yield _new("PartitionRecord", partition_id=partition_id, topic_id=topic.topic_id,
                        replicas=list(p.replicas), isr=list(p.isr), leader=p.leader,
                        leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
-                       diskless_coordinator=p.diskless_coordinator)
+                       diskless_coordinator=p.diskless_coordinator,
+                       adding_replicas=list(p.adding_replicas),
+                       removing_replicas=list(p.removing_replicas))
 
 
 def _config_records(image: MetadataImage) -> Iterator[Any]:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REPLICA_FETCH_VERSION = 16
+THROTTLE_RECHECK_S = 1.0  # a throttled partition looks again this soon: the rate may change
 _Request = registry()["FetchRequest"].cls
 TopicPartition = tuple[str, int]
 
@@ -60,6 +61,11 @@ class ReplicaFetcher:
             self.changed.clear()
             now = loop.time()
             ready = {tp: f for tp, f in self.partitions.items() if f.delayed_until <= now}
+            held = self.manager.held_back(ready)
+            if held:  # a reassignment's throttle: these wait until the budget recovers
+                self._delay(held, min(self.manager.quota.seconds_until_allowed(),
+                                      THROTTLE_RECHECK_S))
+                ready = {tp: f for tp, f in ready.items() if tp not in held}
             if not ready:
                 wake = min((f.delayed_until for f in self.partitions.values()), default=None)
                 try:
@@ -152,6 +158,32 @@ class ReplicaFetcherManager:
         self.fetchers.clear()
         await self.channels.close()
 
+    # -- throttling (replication/replication_quota.py) ----------------------------------------
+
+    @property
+    def quota(self) -> Any:
+        return self.broker.replica_manager.follower_quota
+
+    def held_back(self, ready: dict[TopicPartition, _Followed]) -> dict[TopicPartition, _Followed]:
+        """The partitions a reassignment throttles that must skip this fetch: out of sync,
+        listed in follower.replication.throttled.replicas, and the budget in debt."""
+        throttled = self.broker.replica_manager.follower_throttled
+        if not throttled or not self.quota.exceeded():
+            return {}
+        node_id = self.broker.node_id
+        return {tp: f for tp, f in ready.items()
+                if tp in throttled and node_id not in f.hosted.isr}
+
+    def _record_throttled(self, followed: dict[TopicPartition, _Followed], response: Any) -> None:
+        throttled = self.broker.replica_manager.follower_throttled
+        if not throttled:
+            return
+        names = {(f.hosted.topic_id, f.hosted.partition): tp for tp, f in followed.items()}
+        self.quota.record(sum(
+            memoryview(data.records).nbytes if data.records is not None else 0
+            for topic in response.responses for data in topic.partitions
+            if names.get((topic.topic_id, data.partition_index)) in throttled))
+
     # -- one fetch ---------------------------------------------------------------------------
 
     async def fetch(self, leader_id: int, followed: dict[TopicPartition, _Followed]) -> Any:
@@ -182,6 +214,7 @@ class ReplicaFetcherManager:
     def process(self, fetcher: ReplicaFetcher, followed: dict[TopicPartition, _Followed],
                 response: Any) -> None:
         by_id = {(f.hosted.topic_id, f.hosted.partition): (tp, f) for tp, f in followed.items()}
+        self._record_throttled(followed, response)
         failed: dict[TopicPartition, _Followed] = {}
         for topic in response.responses:
             for data in topic.partitions:

@@ -29,6 +29,16 @@ from kafka_ext.protocol.records import (
     recompress_batch,
 )
 from kafka_ext.replication.partition import Partition
+from kafka_ext.replication.replication_quota import (
+    FOLLOWER_RATE,
+    FOLLOWER_REPLICAS,
+    LEADER_RATE,
+    LEADER_REPLICAS,
+    UNLIMITED,
+    ReplicationQuota,
+    dynamic_broker_rate,
+    throttled_partitions,
+)
 from kafka_ext.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -58,6 +68,15 @@ class ReplicaManager:
         self.propose_isr: Callable[[Partition, tuple[int, ...]], None] = lambda p, isr: None
         self.on_followed: Callable[[dict[TopicPartition, Partition]], None] = lambda tps: None
         self.replica_lag_time_max_ms = 30000
+        # Reassignment throttles (replication/replication_quota.py): the budgets, read from the
+        # image at each use, and the partitions whose replica here they hold back.
+        self.leader_quota = ReplicationQuota(lambda: dynamic_broker_rate(
+            self._image, node_id, LEADER_RATE, self.static_leader_rate))
+        self.follower_quota = ReplicationQuota(lambda: dynamic_broker_rate(
+            self._image, node_id, FOLLOWER_RATE, self.static_follower_rate))
+        self.static_leader_rate = self.static_follower_rate = UNLIMITED
+        self.leader_throttled: frozenset[TopicPartition] = frozenset()
+        self.follower_throttled: frozenset[TopicPartition] = frozenset()
         self.clock_ms: Callable[[], float] = lambda: time.monotonic() * 1000
 
     # -- metadata changes --------------------------------------------------------------------
@@ -69,6 +88,8 @@ class ReplicaManager:
         Diskless partitions get no log: their data lives in WAL objects (kafka_ext.diskless).
         """
         self._image = new
+        self.leader_throttled = throttled_partitions(new, LEADER_REPLICAS, self.node_id)
+        self.follower_throttled = throttled_partitions(new, FOLLOWER_REPLICAS, self.node_id)
         assigned: set[TopicPartition] = set()
         for topic in new.topics_by_name.values():
             for part in topic.partitions.values():

@@ -209,8 +209,10 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
         changes = [ConfigChange(c.name, c.config_operation if incremental else 0, c.value)
                    for c in res.configs]
         try:
-            if res.resource_type == BROKER_RESOURCE and res.resource_name not in (
-                    "", str(ctx.broker.node_id)):
+            # A broker's own configs go to it (as Kafka's tools send them); once forwarded,
+            # the active controller sets them for whichever broker they name.
+            if res.resource_type == BROKER_RESOURCE and not ctx.forwarded and (
+                    res.resource_name not in ("", str(ctx.broker.node_id))):
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  f"Unexpected broker id {res.resource_name}")
             if not incremental and any(c.value is None for c in changes):

@@ -56,6 +56,7 @@ from kafka_ext.server import (
     producers,
     quorum,
     quotas,
+    reassignment,
     txn,
 )
 from kafka_ext.server.alter_partition import handle_alter_partition
@@ -130,6 +131,10 @@ class Broker:
         self.replica_manager.propose_isr = self.alter_partitions.submit
         self.replica_manager.on_followed = self.replica_fetchers.update
         self.replica_manager.replica_lag_time_max_ms = config.replica_lag_time_max_ms
+        self.replica_manager.static_leader_rate = int(str(
+            config.values["leader.replication.throttled.rate"]))
+        self.replica_manager.static_follower_rate = int(str(
+            config.values["follower.replication.throttled.rate"]))
         self.fetch_sessions = FetchSessionCache()
         # Client quotas (docs/quotas.md): kept in line with the metadata image.
         self.quotas = QuotaManagers(config.values)
@@ -209,6 +214,7 @@ class Broker:
             ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.handle_consumer_group_heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
             **diskless.HANDLERS,  # KIP-1164 coordinator APIs 93-98, 100
+            **reassignment.HANDLERS,  # ElectLeaders, Alter/ListPartitionReassignments
         }
         handlers[ApiKey.ENVELOPE] = forwarding.handle_envelope
         handlers[ApiKey.BROKER_REGISTRATION] = handle_broker_registration
@@ -347,9 +353,7 @@ class Broker:
                 int(str(config.values["producer.id.expiration.check.interval.ms"])) / 1000,
                 self._expire_producer_ids)),
         ]
-        self._tasks.append(loop.create_task(self._every(
-            int(str(config.values["broker.session.timeout.ms"])) / 2000,
-            self.controller.fence_expired_brokers)))
+        self._start_controller_timers()
         self._tasks.append(loop.create_task(self._every(
             config.replica_lag_time_max_ms / 2000, self._shrink_isrs)))
         self._tasks.append(loop.create_task(self._every(
@@ -361,13 +365,23 @@ class Broker:
         log.info("kafka-ext broker %d started (cluster %s) on ports %s",
                  self.node_id, self.cluster_id, self.bound_ports)
 
+    def _start_controller_timers(self) -> None:
+        """What the active controller does on its own: fence brokers whose session expired
+        and, with auto.leader.rebalance.enable, give leaderships back to preferred replicas."""
+        loop = asyncio.get_running_loop()
+        values = self.config.values
+        self._tasks.append(loop.create_task(self._every(
+            int(str(values["broker.session.timeout.ms"])) / 2000,
+            self.controller.fence_expired_brokers)))
+        if values["auto.leader.rebalance.enable"]:
+            self._tasks.append(loop.create_task(self._every(
+                int(str(values["leader.imbalance.check.interval.seconds"])),
+                self.controller.balance_leaders)))
+
     async def _start_controller_only(self) -> None:
         """`process.roles=controller`: a quorum voter and, when it leads, the active
         controller; it hosts no partitions and serves no clients (Kafka's ControllerServer)."""
-        loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._every(
-            int(str(self.config.values["broker.session.timeout.ms"])) / 2000,
-            self.controller.fence_expired_brokers)))
+        self._start_controller_timers()
         log.info("kafka-ext controller %d started (cluster %s) on ports %s",
                  self.node_id, self.cluster_id, [p for p in self.bound_ports if p])
 
@@ -587,7 +601,8 @@ _CONTROLLER_APIS = frozenset({
     ApiKey.ALLOCATE_PRODUCER_IDS, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS,
     ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
     ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
-    ApiKey.ALTER_PARTITION,
+    ApiKey.ALTER_PARTITION, ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS,
 })
 
 

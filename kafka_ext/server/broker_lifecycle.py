@@ -46,6 +46,7 @@ class BrokerLifecycleManager:
         self._task: asyncio.Task[None] | None = None
         config = broker.config
         self.interval_s = int(str(config.values["broker.heartbeat.interval.ms"])) / 1000
+        self.session_timeout_s = int(str(config.values["broker.session.timeout.ms"])) / 1000
         self._want_shutdown = False
         self._heartbeat_now = asyncio.Event()
 
@@ -59,18 +60,26 @@ class BrokerLifecycleManager:
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move this broker's leaderships away, and wait until it says
-        the broker may stop (bounded: a controller that is gone cannot hold it up)."""
+        the broker may stop. Bounded: a controller that has not answered for a broker session
+        (broker.session.timeout.ms) has fenced this broker or is gone (the last nodes of a
+        cluster stopping have no quorum left), and nothing can move the leaderships then."""
         if self._task is None:
             return
         self._want_shutdown = True
         deadline = time.monotonic() + CONTROLLED_SHUTDOWN_TIMEOUT_S
+        last_answer = time.monotonic()
         while time.monotonic() < deadline:
             try:
-                answer = await self._heartbeat()
+                answer = await asyncio.wait_for(self._heartbeat(), self.session_timeout_s)
             except (KafkaError, ConnectionError, TimeoutError, OSError) as exc:
+                if time.monotonic() - last_answer > self.session_timeout_s:
+                    log.warning("controlled shutdown: no controller answer for %.0f s (%s); "
+                                "stopping without it", self.session_timeout_s, exc)
+                    break
                 log.debug("controlled shutdown: %s; retrying", exc)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
+            last_answer = time.monotonic()
             if answer.should_shut_down:
                 log.info("controlled shutdown done: the controller moved our leaderships")
                 break

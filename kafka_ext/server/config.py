@@ -132,6 +132,18 @@ class SubsetOf:
         return None
 
 
+def throttled_replica_list(value: object) -> str | None:
+    """leader/follower.replication.throttled.replicas: "*" or partition:broker pairs."""
+    if value is None or value == ("*",):
+        return None
+    assert isinstance(value, tuple)
+    for item in value:
+        partition, _, broker = str(item).partition(":")
+        if not (partition.strip().isdigit() and broker.strip().isdigit()):
+            return f"{item!r} is not partition:broker (or use * for all replicas)"
+    return None
+
+
 def _non_empty_list(value: object) -> str | None:
     if value is not None and not value:
         return "must not be empty"
@@ -404,6 +416,9 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
        "Allow an out-of-sync replica to become leader, accepting data loss over unavailability.", ""),
     _d("auto.leader.rebalance.enable", _B, True,
        "Move leadership back to preferred replicas in the background.", ""),
+    _d("leader.imbalance.check.interval.seconds", _L, 300,
+       "How often the active controller moves leaderships back to preferred replicas.", "s",
+       at_least(1)),
     _d("compression.type", _S, "producer",
        "Compression of stored batches; 'producer' keeps whatever the producer used.", "",
        OneOf(COMPRESSION_TYPES)),
@@ -628,6 +643,12 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
     _d("controller.quota.window.size.seconds", _I, 1,
        "Time span of each controller mutation quota sample.", "s", at_least(1)),
     # Proposals: replica movement between log dirs (JBOD)
+    _d("leader.replication.throttled.rate", _L, LONG_MAX,
+       "Bytes per second this broker sends, as leader, to the throttled replicas of its "
+       "partitions (leader.replication.throttled.replicas); dynamic.", "bytes/s", at_least(1)),
+    _d("follower.replication.throttled.rate", _L, LONG_MAX,
+       "Bytes per second this broker fetches, as follower, for its throttled replicas "
+       "(follower.replication.throttled.replicas); dynamic.", "bytes/s", at_least(1)),
     _d("intra.broker.throttled.rate", _L, LONG_MAX,
        "Bytes per second all replica moves between log dirs of this broker may copy together.",
        "bytes/s", at_least(1)),
@@ -750,6 +771,13 @@ _TOPIC_DEFS: tuple[TopicConfigDef, ...] = (
        at_least(1)),
     _t("segment.jitter.ms", _L, ("log.roll.jitter.ms", "log.roll.jitter.hours"),
        "Random amount subtracted from segment.ms.", "ms", at_least(0)),
+    _t("leader.replication.throttled.replicas", _LI, (),
+       "Replicas (partition:broker, or *) whose leader sends them data within "
+       "leader.replication.throttled.rate while they are out of sync.", "",
+       throttled_replica_list, default=()),
+    _t("follower.replication.throttled.replicas", _LI, (),
+       "Replicas (partition:broker, or *) that fetch within follower.replication.throttled.rate "
+       "while they are out of sync.", "", throttled_replica_list, default=()),
     _t("unclean.leader.election.enable", _B, ("unclean.leader.election.enable",),
        "Allow an out-of-sync replica to lead, accepting data loss.", ""),
     _t("min.cleanable.dirty.ratio", _D, ("log.cleaner.min.cleanable.ratio",),
@@ -1512,7 +1540,9 @@ def _broker_synonyms(config: BrokerConfig, head: str) -> tuple[ConfigSynonym, ..
 
 # Broker configs IncrementalAlterConfigs/AlterConfigs may change at run time (ConfigRecords on
 # the broker resource, this node's id or "" for the cluster default); see docs/jbod.md.
-DYNAMIC_BROKER_CONFIGS = frozenset({"intra.broker.throttled.rate"})
+DYNAMIC_BROKER_CONFIGS = frozenset({"intra.broker.throttled.rate",
+                                    "leader.replication.throttled.rate",
+                                    "follower.replication.throttled.rate"})
 
 
 def validate_dynamic_broker_config(name: str, value: str) -> str:

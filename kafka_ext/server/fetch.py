@@ -180,13 +180,15 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     while True:
-        total, done = _read_for_replica(replicas, request, wanted, results)
+        total, done, throttled_bytes = _read_for_replica(replicas, request, wanted, results,
+                                                         replica_id)
         done = done or any(data.high_watermark > known for data, known
                            in zip(results, known_high_watermarks, strict=True))
         remaining = deadline - loop.time()
         if done or total >= request.min_bytes or remaining <= 0:
             break
         await replicas.wait_for_data([(name, p.partition) for name, _, p in wanted], remaining)
+    replicas.leader_quota.record(throttled_bytes)  # what this answer sends, counted once
     responses: dict[Any, Any] = {}
     for (name, topic_id, _), data in zip(wanted, results, strict=True):
         topic_answer = responses.get((name, topic_id))
@@ -201,11 +203,14 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
 
 
 def _read_for_replica(replicas: Any, request: Any, wanted: list[tuple[str, Any, Any]],
-                      results: list[Any]) -> tuple[int, bool]:
+                      results: list[Any], replica_id: int) -> tuple[int, bool, int]:
     """Read every partition for a follower within the request's limits; returns (bytes, whether
-    to answer at once: an error or a divergence)."""
-    total = 0
+    to answer at once: an error or a divergence, bytes read for throttled replicas). An
+    out-of-sync replica that a reassignment throttles gets nothing while this leader's budget
+    is in debt."""
+    total = throttled_bytes = 0
     done = False
+    over_quota = replicas.leader_quota.exceeded()
     for (name, _, p), data in zip(wanted, results, strict=True):
         if data.error_code:  # refused before reading (unknown, not the leader, old epoch)
             done = True
@@ -227,8 +232,10 @@ def _read_for_replica(replicas: Any, request: Any, wanted: list[tuple[str, Any, 
             data.records = []
             done = True
             continue
+        throttled = (replica_id not in hosted.isr
+                     and (name, p.partition) in replicas.leader_throttled)
         max_bytes = min(p.partition_max_bytes, max(request.max_bytes - total, 0))
-        if max_bytes <= 0 and total > 0:
+        if (max_bytes <= 0 and total > 0) or (throttled and over_quota):
             data.records = []
             continue
         try:
@@ -238,8 +245,11 @@ def _read_for_replica(replicas: Any, request: Any, wanted: list[tuple[str, Any, 
             done = True
             continue
         data.records = info.records
-        total += sum(r.nbytes for r in info.records)
-    return total, done
+        nbytes = sum(r.nbytes for r in info.records)
+        total += nbytes
+        if throttled:
+            throttled_bytes += nbytes
+    return total, done, throttled_bytes
 
 
 def _preferred_read_replica(broker: Any, hosted: Any, rack_id: str) -> int:

@@ -23,6 +23,7 @@ from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.framing import decode_response, encode_request
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.reassignment import elect_leaders_error
 
 if TYPE_CHECKING:
     from kafka_ext.server.broker import Broker
@@ -36,6 +37,8 @@ FORWARDED_APIS = frozenset({
     ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
     ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS,
     ApiKey.DESCRIBE_QUORUM,  # only the leader knows every replica's position
+    ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS,  # what the quorum committed, not a broker's lag
 })
 FORWARD_TIMEOUT_S = 30.0
 RETRY_BACKOFF_S = 0.1
@@ -76,11 +79,19 @@ def forwardable(handler: Handler) -> Handler:
 
 def error_response(api_key: int, request: Any, error: KafkaError) -> Any:
     """The answer giving every entry of a forwarded request `error` (Kafka's
-    getErrorResponse): these APIs have no top-level error code."""
+    getErrorResponse), at the top level where the API has one, else on every entry."""
     code, message = int(error.code), error.message or None
     if api_key == ApiKey.DESCRIBE_QUORUM:
         return _reg["DescribeQuorumResponse"].cls(error_code=code, error_message=message,
                                                   topics=[], nodes=[])
+    if api_key == ApiKey.ELECT_LEADERS:
+        return elect_leaders_error(request, error)
+    if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
+        return _reg["AlterPartitionReassignmentsResponse"].cls(
+            throttle_time_ms=0, error_code=code, error_message=message, responses=[])
+    if api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
+        return _reg["ListPartitionReassignmentsResponse"].cls(
+            throttle_time_ms=0, error_code=code, error_message=message, topics=[])
     if api_key == ApiKey.CREATE_TOPICS:
         cls = _reg["CreateTopicsResponse"].cls
         return cls(throttle_time_ms=0, topics=[cls.CreatableTopicResult(

@@ -79,9 +79,10 @@ class SequencedProducer:
         else:
             self.acked[msg.value()] = (msg.partition(), msg.offset())
 
-    def send(self, count: int, pause_s: float = 0.0) -> None:
+    def send(self, count: int, pause_s: float = 0.0, value_bytes: int = 0) -> None:
+        """`count` more values, padded with dots to `value_bytes`."""
         for _ in range(count):
-            value = b"seq-%d" % self.sent
+            value = (b"seq-%d" % self.sent).ljust(value_bytes, b".")
             self.producer.produce(self.topic, key=value, value=value,
                                   on_delivery=self._delivered)
             self.sent += 1

@@ -6,8 +6,7 @@ the PartitionRecords, so it survives a replay of the log.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,7 +21,6 @@ from kafka_ext.controller.quorum_controller import (
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.server.config import format_config_value, validate_topic_config
 from kafka_ext.storage.log import UnifiedLog
-from kafka_ext.storage.log_config import LogConfig
 
 SET, DELETE = 0, 1
 COORDINATORS = 4
@@ -47,14 +45,8 @@ def _controller(log: UnifiedLog, coordinators: int = COORDINATORS) -> QuorumCont
 
 
 @pytest.fixture
-async def metadata_log(tmp_path: Path) -> AsyncIterator[UnifiedLog]:
-    log = UnifiedLog(tmp_path / "__cluster_metadata-0", LogConfig())
-    yield log
-    log.close()
-
-
-@pytest.fixture
 async def controller(metadata_log: UnifiedLog) -> QuorumController:
+    """The diskless controller over conftest's metadata log."""
     controller = _controller(metadata_log)
     await controller.bootstrap()
     return controller

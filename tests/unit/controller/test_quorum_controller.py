@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,20 +48,6 @@ def _controller(log: UnifiedLog, *, default_partitions: int = 3) -> QuorumContro
         1, log, default_partitions=default_partitions, default_replication_factor=1,
         validate_topic_config=_normalise, run_blocking=_run_now)
     controller.load()
-    return controller
-
-
-@pytest.fixture
-async def metadata_log(tmp_path: Path) -> AsyncIterator[UnifiedLog]:
-    log = _open_log(tmp_path)
-    yield log
-    log.close()
-
-
-@pytest.fixture
-async def controller(metadata_log: UnifiedLog) -> QuorumController:
-    controller = _controller(metadata_log)
-    await controller.bootstrap()
     return controller
 
 

@@ -675,7 +675,8 @@ class Simulation:
             "replica.fetch.response.max.bytes": 10 << 20,
             "replica.fetch.backoff.ms": FETCH_BACKOFF_MS,
             "replica.socket.timeout.ms": FETCH_TIMEOUT_MS - FETCH_WAIT_MS,
-            "broker.heartbeat.interval.ms": HEARTBEAT_MS}
+            "broker.heartbeat.interval.ms": HEARTBEAT_MS,
+            "broker.session.timeout.ms": SESSION_TIMEOUT_MS}
         self.brokers = {
             i: Broker(i, self._open_log(i), flush_max_ms=rng.choice([5, 50, 300, 2000]),
                       checkpoint_ms=rng.choice([100, 500, 2000]))

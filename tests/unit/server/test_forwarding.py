@@ -25,8 +25,13 @@ def _request(api_key: int) -> object:
     if api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
         return cls(resources=[cls.AlterConfigsResource(resource_type=2, resource_name="a",
                                                        configs=[])])
-    if api_key == ApiKey.DESCRIBE_QUORUM:
+    if api_key in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION_REASSIGNMENTS):
         return cls(topics=[])
+    if api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
+        return cls(topics=None)
+    if api_key == ApiKey.ELECT_LEADERS:
+        return cls(election_type=0, topic_partitions=[cls.TopicPartitions(topic="a",
+                                                                          partitions=[0])])
     return cls(entries=[cls.EntryData(entity=[cls.EntityData(entity_type="user",
                                                              entity_name="u")], ops=[])])
 
@@ -35,8 +40,13 @@ def _request(api_key: int) -> object:
 def test_every_entry_gets_the_error_and_every_version_encodes(api_key: int) -> None:
     response = error_response(api_key, _request(api_key),
                               KafkaError(ErrorCode.REQUEST_TIMED_OUT, "no controller"))
-    if api_key == ApiKey.DESCRIBE_QUORUM:  # one top-level error code
+    if api_key in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                   ApiKey.LIST_PARTITION_REASSIGNMENTS):  # one top-level error code
         assert response.error_code == ErrorCode.REQUEST_TIMED_OUT
+    elif api_key == ApiKey.ELECT_LEADERS:  # both: v0 has no top-level code
+        assert response.error_code == ErrorCode.REQUEST_TIMED_OUT
+        [[result]] = [t.partition_result for t in response.replica_election_results]
+        assert result.error_code == ErrorCode.REQUEST_TIMED_OUT
     else:
         entries = next(getattr(response, f) for f in ("topics", "responses", "results",
                                                       "entries") if hasattr(response, f))
