@@ -670,6 +670,9 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
     _d("diskless.metadata.topic.num.partitions", _I, 10,
        "Partitions of __diskless_metadata, that is the number of diskless coordinators.", "count",
        at_least(1)),
+    _d("diskless.metadata.topic.replication.factor", _SH, 1,
+       "Replication factor of __diskless_metadata (1 so a single broker works out of the box).",
+       "count", at_least(1)),
     _d("diskless.coordinator.orphan.scan.interval.ms", _L, 300000,
        "How often a diskless coordinator looks for objects no batch refers to.", "ms", at_least(1)),
     _d("diskless.coordinator.orphan.scan.grace.period.ms", _L, 600000,
@@ -1021,6 +1024,7 @@ class BrokerConfig:
     delete_topic_partition_enable: bool
     delete_topic_partition_interval_delay_ms: int
     diskless_metadata_topic_num_partitions: int
+    diskless_metadata_topic_replication_factor: int
     diskless_coordinator_orphan_scan_interval_ms: int
     diskless_coordinator_orphan_scan_grace_period_ms: int
     diskless_storage_url: str
@@ -1417,6 +1421,8 @@ def _assemble(values: dict[str, object], sources: dict[str, ConfigSource],
         delete_topic_partition_enable=b("delete.topic.partition.enable"),
         delete_topic_partition_interval_delay_ms=i("delete.topic.partition.interval.delay.ms"),
         diskless_metadata_topic_num_partitions=i("diskless.metadata.topic.num.partitions"),
+        diskless_metadata_topic_replication_factor=i(
+            "diskless.metadata.topic.replication.factor"),
         diskless_coordinator_orphan_scan_interval_ms=i(
             "diskless.coordinator.orphan.scan.interval.ms"),
         diskless_coordinator_orphan_scan_grace_period_ms=i(

@@ -66,6 +66,17 @@ def test_reassignment_with_throttle_cancel_and_leader_elections(
         producer.send(BULK_PER_ROUND, value_bytes=1000)
         producer.flush()
 
+    # -- a proposal: the topic's partitions spread over the listed brokers ---------------------
+    topics_file = tmp_path / "topics.json"
+    topics_file.write_text(json.dumps({"version": 1, "topics": [{"topic": "moving"}]}))
+    proposal = kafka_ext("reassign-partitions", "--generate", "--bootstrap-server", n1.bootstrap,
+                         "--topics-to-move-json-file", str(topics_file), "--broker-list", "2,3")
+    assert proposal.returncode == 0, proposal.stdout + proposal.stderr
+    current_json, proposed_json = (line for line in proposal.stdout.splitlines()
+                                   if line.startswith("{"))
+    assert [p["replicas"] for p in json.loads(current_json)["partitions"]] == [[1], [2]]
+    assert [p["replicas"] for p in json.loads(proposed_json)["partitions"]] == [[2], [3]]
+
     # -- a throttled reassignment while acks=all writes go on ---------------------------------
     plan = write_plan(tmp_path, "plan.json", {("moving", 0): [2, 3], ("moving", 1): [3, 1]})
     writer = threading.Thread(target=producer.send, args=(1000, 0.002))

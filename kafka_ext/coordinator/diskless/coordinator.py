@@ -132,7 +132,8 @@ class DisklessCoordinator:
                          "retention.bytes": "-1"}
         self.runtime: CoordinatorRuntime[DisklessShard] = CoordinatorRuntime(
             broker, DISKLESS_METADATA_TOPIC, config.diskless_metadata_topic_num_partitions,
-            topic_configs, self._new_shard, pipelined=True)
+            topic_configs, self._new_shard,
+            replication_factor=config.diskless_metadata_topic_replication_factor, pipelined=True)
         self._snapshotting: set[int] = set()
         self._file_tasks: dict[tuple[int, str], asyncio.Task[Any]] = {}
 
