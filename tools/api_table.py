@@ -49,6 +49,7 @@ _ISSUE_OF_KEY: dict[int, str] = {
     ApiKey.UNREGISTER_BROKER: "#13", ApiKey.ALLOCATE_PRODUCER_IDS: "#13", 80: "#13", 81: "#13",
     ApiKey.ALTER_PARTITION: "#14", ApiKey.ELECT_LEADERS: "#14",
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: "#14", ApiKey.LIST_PARTITION_REASSIGNMENTS: "#14",
+    ApiKey.ASSIGN_REPLICAS_TO_DIRS: "#14",
     ApiKey.CREATE_CHUNKS: "chunks", ApiKey.ALTER_CHUNK_ASSIGNMENTS: "chunks",
     ApiKey.DELETE_PARTITIONS: "partition reduction",
     ApiKey.LEADER_EPOCHS_FOR_PARTITION: "in-order expansion",

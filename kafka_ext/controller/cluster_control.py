@@ -168,10 +168,30 @@ def _without(image: MetadataImage, broker_id: int, unclean: UncleanPolicy) -> li
     return records
 
 
+def offline_dir_records(image: MetadataImage, broker_id: int, unclean: UncleanPolicy
+                        ) -> list[Any]:
+    """After a broker reported log dirs offline (KIP-858): its replicas assigned to them leave
+    the ISRs, and where one led, an in-sync replica elsewhere takes over."""
+    alive = alive_brokers(image)
+    records: list[Any] = []
+    for topic_id, part in _partitions_of(image, broker_id):
+        if broker_id in image.replicas_on_offline_dirs(part):
+            records += _changes(image, topic_id, part, alive, unclean)
+    return records
+
+
+def eligible_brokers(image: MetadataImage, part: PartitionImage, alive: set[int]) -> set[int]:
+    """The alive brokers that may lead `part` or be in its ISR: not those whose replica of it
+    is in a log dir that went offline."""
+    offline = image.replicas_on_offline_dirs(part)
+    return alive - offline if offline else alive
+
+
 def _changes(image: MetadataImage, topic_id: uuid.UUID, part: PartitionImage, alive: set[int],
              unclean: UncleanPolicy) -> list[Any]:
     topic = image.topics_by_id[topic_id]
-    change = partition_change(topic_id, part, alive, unclean(topic.name))
+    change = partition_change(topic_id, part, eligible_brokers(image, part, alive),
+                              unclean(topic.name))
     if change is None:
         return []
     record, chosen = change

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+# KIP-858's directory id of a replica no broker has placed in a log dir yet.
+UNASSIGNED_DIR = uuid.UUID(int=0)
 # ConfigResource types on the wire (DescribeConfigs and ConfigRecord).
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -33,10 +35,20 @@ class PartitionImage:
     # the ones being removed; `adding_replicas` are the targets that were not replicas before.
     adding_replicas: tuple[int, ...] = ()
     removing_replicas: tuple[int, ...] = ()
+    # KIP-858: the log dir id of each replica, in replica order (UNASSIGNED_DIR while its
+    # broker has not said); empty when no replica has been assigned one.
+    directories: tuple[uuid.UUID, ...] = ()
 
     @property
     def is_diskless(self) -> bool:
         return self.diskless_coordinator >= 0
+
+    def directory_of(self, replica: int) -> uuid.UUID:
+        """The log dir id the replica on broker `replica` lives in, UNASSIGNED_DIR if unknown."""
+        for broker, directory in zip(self.replicas, self.directories, strict=False):
+            if broker == replica:
+                return directory
+        return UNASSIGNED_DIR
 
     @property
     def is_reassigning(self) -> bool:
@@ -118,6 +130,12 @@ class MetadataImage:
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         return self.configs.get((TOPIC_RESOURCE, topic), {})
+
+    def replicas_on_offline_dirs(self, part: PartitionImage) -> set[int]:
+        """The replicas of `part` whose assigned log dir their broker reported offline: they
+        hold no usable copy, so they may neither lead nor stay in the ISR (KIP-858)."""
+        return {r for r, d in zip(part.replicas, part.directories, strict=False)
+                if d in self.offline_log_dirs.get(r, ())}
 
     def is_diskless(self, topic: str, partition: int) -> bool:
         """Whether the partition exists and is mapped to a diskless coordinator."""
@@ -238,7 +256,8 @@ def _apply_partition(delta: MetadataDelta, record: Any) -> None:
     delta.partitions_of(record.topic_id)[record.partition_id] = PartitionImage(
         record.partition_id, tuple(record.replicas), tuple(record.isr), record.leader,
         record.leader_epoch, record.partition_epoch, record.diskless_coordinator,
-        tuple(record.adding_replicas or ()), tuple(record.removing_replicas or ()))
+        tuple(record.adding_replicas or ()), tuple(record.removing_replicas or ()),
+        tuple(record.directories or ()))
 
 
 def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:
@@ -253,6 +272,8 @@ def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:
         changes["adding_replicas"] = tuple(record.adding_replicas)
     if record.removing_replicas is not None:
         changes["removing_replicas"] = tuple(record.removing_replicas)
+    if record.directories is not None:
+        changes["directories"] = tuple(record.directories)
     if record.leader != -2:  # -2: leader unchanged
         changes["leader"] = record.leader
         changes["leader_epoch"] = old.leader_epoch + 1

@@ -62,6 +62,10 @@ def partition_change(topic_id: uuid.UUID, part: PartitionImage, alive: frozenset
     new_replicas = part.replicas if replicas is None else replicas
     new_adding = part.adding_replicas if adding is None else adding
     new_removing = part.removing_replicas if removing is None else removing
+    # KIP-858: directories follow their replicas; a new replica has none yet.
+    new_directories = part.directories
+    if part.directories and new_replicas != part.replicas:
+        new_directories = tuple(part.directory_of(r) for r in new_replicas)
     isr = part.isr if target_isr is None else target_isr
     isr = tuple(r for r in isr if r in new_replicas) or isr[-1:]
     chosen = (LeaderAndIsr(leader, isr) if leader is not None
@@ -76,7 +80,8 @@ def partition_change(topic_id: uuid.UUID, part: PartitionImage, alive: frozenset
         isr=list(chosen.isr) if chosen.isr != part.isr else None,
         replicas=list(new_replicas) if new_replicas != part.replicas else None,
         adding_replicas=list(new_adding) if new_adding != part.adding_replicas else None,
-        removing_replicas=list(new_removing) if new_removing != part.removing_replicas else None)
+        removing_replicas=list(new_removing) if new_removing != part.removing_replicas else None,
+        directories=list(new_directories) if new_directories != part.directories else None)
     return record, chosen
 
 

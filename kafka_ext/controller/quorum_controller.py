@@ -32,20 +32,24 @@ from kafka_ext.controller.cluster_control import (
     alive_brokers,
     check_broker_epoch,
     controlled_shutdown_records,
+    eligible_brokers,
     fence_records,
     leads_anything,
+    offline_dir_records,
     registration_records,
     unfence_records,
 )
 from kafka_ext.controller.image import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
+    UNASSIGNED_DIR,
     MetadataImage,
     PartitionImage,
     TopicImage,
 )
 from kafka_ext.controller.metadata_log import METADATA_TOPIC, replay
 from kafka_ext.controller.partition_change import (
+    LEADER_UNCHANGED,
     PREFERRED,
     elect_leader,
     isr_change,
@@ -504,9 +508,17 @@ class QuorumController:
         """A new partition; of a diskless topic (coordinators > 0) mapped to its coordinator."""
         coordinator = (diskless_coordinator_of(topic_id, partition, diskless_coordinators)
                        if diskless_coordinators > 0 else -1)
+        # KIP-858: a broker with one log dir has its replicas there; others say where.
+        directories = [self._only_dir(b) for b in replicas]
         return self._record("PartitionRecord", partition_id=partition, topic_id=topic_id,
                             replicas=list(replicas), isr=list(replicas), leader=replicas[0],
-                            leader_epoch=0, partition_epoch=0, diskless_coordinator=coordinator)
+                            leader_epoch=0, partition_epoch=0, diskless_coordinator=coordinator,
+                            directories=directories if any(
+                                d != UNASSIGNED_DIR for d in directories) else [])
+
+    def _only_dir(self, broker_id: int) -> uuid.UUID:
+        online = self.image.broker_log_dirs.get(broker_id, ())
+        return online[0] if len(online) == 1 else UNASSIGNED_DIR
 
     def _diskless_coordinator_count(self, configs: dict[str, str]) -> int:
         """How many coordinators the partitions of a topic with `configs` spread over; 0: classic.
@@ -789,7 +801,8 @@ class QuorumController:
                 except KafkaError as exc:
                     results.append(IsrChangeResult(change, exc.code))
                     continue
-                record = isr_change(topic.topic_id, part, tuple(change.new_isr), alive,
+                record = isr_change(topic.topic_id, part, tuple(change.new_isr),
+                                    eligible_brokers(self.image, part, alive),
                                     self.unclean_allowed(topic.name))
                 if record is not None:
                     if record.replicas is not None:
@@ -828,8 +841,10 @@ class QuorumController:
                 or any(r not in part.replicas for r in new_isr)):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"ISR {list(new_isr)} is not a set of "
                              f"replicas {list(part.replicas)} holding the leader")
-        if any(r not in alive and r not in part.isr for r in new_isr):
-            raise KafkaError(ErrorCode.INELIGIBLE_REPLICA, "a fenced or shutting-down broker "
+        eligible = eligible_brokers(self.image, part, alive)
+        if any(r not in eligible and r not in part.isr for r in new_isr):
+            raise KafkaError(ErrorCode.INELIGIBLE_REPLICA, "a fenced or shutting-down broker, "
+                             "or one whose log dir is offline, "
                              f"cannot join the ISR ({list(new_isr)})")
         return topic, part
 
@@ -852,7 +867,8 @@ class QuorumController:
                     if unknown:
                         raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                          f"no broker {unknown[0]} is registered")
-                    change = reassign(topic.topic_id, part, target, alive,
+                    change = reassign(topic.topic_id, part, target,
+                                      eligible_brokers(self.image, part, alive),
                                       self.unclean_allowed(topic_name))
                 except KafkaError as exc:
                     outcome.append((exc.code, exc.message or None))
@@ -916,7 +932,8 @@ class QuorumController:
                                              f"{name}-{partition} does not exist")
                         if part.is_diskless:
                             raise KafkaError(ErrorCode.ELECTION_NOT_NEEDED, "")
-                        records.append(elect_leader(topic.topic_id, part, election_type, alive))
+                        records.append(elect_leader(topic.topic_id, part, election_type,
+                                                    eligible_brokers(self.image, part, alive)))
                         if election_type != PREFERRED:
                             log.warning("unclean election asked for %s-%d: acknowledged "
                                         "writes its new leader missed are lost", name, partition)
@@ -938,7 +955,8 @@ class QuorumController:
         alive = alive_brokers(self.image)
         imbalanced = {name: [p.partition_id for p in t.partitions.values()
                              if not p.is_diskless and p.leader != p.replicas[0]
-                             and p.replicas[0] in alive and p.replicas[0] in p.isr]
+                             and p.replicas[0] in eligible_brokers(self.image, p, alive)
+                             and p.replicas[0] in p.isr]
                       for name, t in self.image.topics_by_name.items()}
         imbalanced = {name: parts for name, parts in imbalanced.items() if parts}
         if not imbalanced:
@@ -995,6 +1013,53 @@ class QuorumController:
         await self._commit([self._record(
             "BrokerRegistrationChangeRecord", broker_id=broker_id,
             broker_epoch=known.broker_epoch if known is not None else 0, log_dirs=remaining)])
+        # Its replicas in those dirs hold nothing usable now: leaderships and ISR places move.
+        records = offline_dir_records(self.image, broker_id, self.unclean_allowed)
+        if records:
+            log.warning("broker %d: %d partition(s) on offline log dirs lose it as leader or "
+                        "in-sync replica", broker_id, len(records))
+            await self._commit(records)
+
+    async def assign_replicas_to_dirs(
+            self, broker_id: int, broker_epoch: int,
+            assignments: list[tuple[uuid.UUID, uuid.UUID, int]]) -> list[ErrorCode]:
+        """AssignReplicasToDirs (KIP-858): record the log dir each (dir id, topic id, partition)
+        replica of the broker lives in; one error per assignment, the valid ones committed in
+        one batch. A replica placed in a dir that is offline leaves the ISR at once."""
+        async with self._lock:
+            check_broker_epoch(self.image, broker_id, broker_epoch)
+            online = set(self.image.broker_log_dirs.get(broker_id, ()))
+            offline = set(self.image.offline_log_dirs.get(broker_id, ()))
+            errors: list[ErrorCode] = []
+            changed: dict[tuple[uuid.UUID, int], list[uuid.UUID]] = {}
+            for directory, topic_id, partition in assignments:
+                topic = self.image.topics_by_id.get(topic_id)
+                part = topic.partitions.get(partition) if topic is not None else None
+                if topic is None:
+                    errors.append(ErrorCode.UNKNOWN_TOPIC_ID)
+                elif part is None:
+                    errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                elif broker_id not in part.replicas:
+                    errors.append(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                elif directory not in online | offline:
+                    errors.append(ErrorCode.LOG_DIR_NOT_FOUND)
+                else:
+                    errors.append(ErrorCode.NONE)
+                    dirs = changed.setdefault((topic_id, partition), list(
+                        part.directories or [UNASSIGNED_DIR] * len(part.replicas)))
+                    dirs[part.replicas.index(broker_id)] = directory
+            records = [self._record("PartitionChangeRecord", topic_id=topic_id,
+                                    partition_id=partition, leader=LEADER_UNCHANGED,
+                                    directories=dirs)
+                       for (topic_id, partition), dirs in changed.items()
+                       if tuple(dirs) != self.image.topics_by_id[topic_id].partitions[
+                           partition].directories]
+            if records:
+                await self._commit(records)
+                moved = offline_dir_records(self.image, broker_id, self.unclean_allowed)
+                if moved:
+                    await self._commit(moved)
+            return errors
 
     # -- commit ------------------------------------------------------------------------------
 

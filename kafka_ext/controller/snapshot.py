@@ -125,7 +125,8 @@ def _topic_records(image: MetadataImage) -> Iterator[Any]:
                        leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
                        diskless_coordinator=p.diskless_coordinator,
                        adding_replicas=list(p.adding_replicas),
-                       removing_replicas=list(p.removing_replicas))
+                       removing_replicas=list(p.removing_replicas),
+                       directories=list(p.directories))
 
 
 def _config_records(image: MetadataImage) -> Iterator[Any]:

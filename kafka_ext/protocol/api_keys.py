@@ -74,6 +74,7 @@ class ApiKey(IntEnum):
     ALLOCATE_PRODUCER_IDS = 67
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    ASSIGN_REPLICAS_TO_DIRS = 73
     DESCRIBE_TOPIC_PARTITIONS = 75
     # The proposals' keys (DESIGN.md §4). 76/77 clash with Kafka 4.x's share-group APIs.
     CREATE_CHUNKS = 76
@@ -120,6 +121,7 @@ _AUDIENCE: dict[int, Audience] = {
     ApiKey.BROKER_REGISTRATION: Audience.NODE,
     ApiKey.BROKER_HEARTBEAT: Audience.NODE,
     ApiKey.ALLOCATE_PRODUCER_IDS: Audience.NODE,
+    ApiKey.ASSIGN_REPLICAS_TO_DIRS: Audience.NODE,
     ApiKey.CREATE_CHUNKS: Audience.EXTENSION,
     ApiKey.ALTER_CHUNK_ASSIGNMENTS: Audience.EXTENSION,
     ApiKey.DISKLESS_CREATE_PARTITIONS: Audience.NODE,

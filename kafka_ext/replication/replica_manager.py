@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,10 @@ class ReplicaManager:
         # partitions this broker follows go ({tp: (leader id, leader epoch)} to the fetchers).
         self.propose_isr: Callable[[Partition, tuple[int, ...]], None] = lambda p, isr: None
         self.on_followed: Callable[[dict[TopicPartition, Partition]], None] = lambda tps: None
+        # KIP-858: where a replica whose log dir the metadata does not record goes
+        # (DirectoryAssignments.assign: topic id, partition, dir id).
+        self.assign_directory: Callable[[uuid.UUID, int, uuid.UUID], None] = (
+            lambda topic_id, partition, directory: None)
         self.replica_lag_time_max_ms = 30000
         # Reassignment throttles (replication/replication_quota.py): the budgets, read from the
         # image at each use, and the partitions whose replica here they hold back.
@@ -139,6 +144,7 @@ class ReplicaManager:
             self.partitions[tp] = hosted
         was_leader, old_epoch = hosted.is_leader, hosted.leader_epoch
         hosted.replicas = part.replicas
+        self._check_directory(hosted, part)
         if part.partition_epoch > hosted.partition_epoch:
             # A newer partition state replaces any proposal in flight, as in Kafka: the leader
             # proposes again from it if it still needs to.
@@ -162,6 +168,23 @@ class ReplicaManager:
             hosted.followers = {}
             hosted.pending_isr = None
             self._notify_data(tp)  # fetches waiting on it answer NOT_LEADER_OR_FOLLOWER
+
+    def check_directory(self, topic: str, partition: int) -> None:
+        """After a replica moved between log dirs: the controller must learn its new dir."""
+        hosted = self.partitions.get((topic, partition))
+        known = self._image.topics_by_name.get(topic)
+        part = known.partitions.get(partition) if known is not None else None
+        if hosted is not None and part is not None:
+            self._check_directory(hosted, part)
+
+    def _check_directory(self, hosted: Partition, part: PartitionImage) -> None:
+        """Tell the controller the log dir of our replica when the metadata says otherwise."""
+        log_dir = self.log_manager.log_dir_of(hosted.topic, hosted.partition)
+        if log_dir is None or not self.log_manager.has_directory_id(log_dir):
+            return
+        directory = self.log_manager.directory_id(log_dir)
+        if part.directory_of(self.node_id) != directory:
+            self.assign_directory(hosted.topic_id, hosted.partition, directory)
 
     def _remove_partition(self, tp: TopicPartition) -> None:
         hosted = self.partitions.pop(tp)

@@ -41,6 +41,7 @@ from kafka_ext.raft.kafka_metadata_log import KafkaMetadataLog
 from kafka_ext.raft.messages import ReplicaKey
 from kafka_ext.raft.raft_manager import RaftManager
 from kafka_ext.replication.alter_partition_manager import AlterPartitionManager
+from kafka_ext.replication.directory_assignments import DirectoryAssignments
 from kafka_ext.replication.replica_fetcher import ReplicaFetcherManager
 from kafka_ext.replication.replica_manager import ReplicaManager
 from kafka_ext.server import (
@@ -130,6 +131,8 @@ class Broker:
         self.alter_partitions = AlterPartitionManager(self)
         self.replica_manager.propose_isr = self.alter_partitions.submit
         self.replica_manager.on_followed = self.replica_fetchers.update
+        self.directory_assignments = DirectoryAssignments(self)
+        self.replica_manager.assign_directory = self.directory_assignments.assign
         self.replica_manager.replica_lag_time_max_ms = config.replica_lag_time_max_ms
         self.replica_manager.static_leader_rate = int(str(
             config.values["leader.replication.throttled.rate"]))
@@ -221,6 +224,7 @@ class Broker:
         handlers[ApiKey.BROKER_HEARTBEAT] = handle_broker_heartbeat
         handlers[ApiKey.ALLOCATE_PRODUCER_IDS] = forwarding.handle_allocate_producer_ids
         handlers[ApiKey.ALTER_PARTITION] = handle_alter_partition
+        handlers[ApiKey.ASSIGN_REPLICAS_TO_DIRS] = log_dirs.handle_assign_replicas_to_dirs
         for key, handler in handlers.items():
             if not self.config.is_broker and key not in _CONTROLLER_APIS:
                 continue  # a controller-only node hosts no partitions and no coordinators
@@ -480,6 +484,7 @@ class Broker:
             task.cancel()
         await self.replica_fetchers.stop()
         await self.alter_partitions.stop()
+        await self.directory_assignments.stop()
         await self.socket_server.close()
         await self.diskless.stop()  # flushes the WAL buffer: its producers get their answers
         if self._background:
@@ -602,7 +607,7 @@ _CONTROLLER_APIS = frozenset({
     ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
     ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
     ApiKey.ALTER_PARTITION, ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-    ApiKey.LIST_PARTITION_REASSIGNMENTS,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.ASSIGN_REPLICAS_TO_DIRS,
 })
 
 

@@ -1,4 +1,5 @@
-"""DescribeLogDirs (35, v0-v4) and AlterReplicaLogDirs (34, v0-v2): JBOD (KIP-112, KIP-113).
+"""DescribeLogDirs (35, v0-v4) and AlterReplicaLogDirs (34, v0-v2): JBOD (KIP-112, KIP-113);
+and the controller's side of AssignReplicasToDirs (73, v0, KIP-858).
 
 Mirrors Kafka's ReplicaManager.describeLogDirs/alterReplicaLogDirs. DescribeLogDirs reports every
 configured dir: an offline one answers KAFKA_STORAGE_ERROR (and -1 bytes); an online one its
@@ -20,7 +21,7 @@ from typing import Any
 
 from kafka_ext.controller.image import BROKER_RESOURCE
 from kafka_ext.controller.metadata_log import METADATA_TOPIC
-from kafka_ext.protocol.errors import ErrorCode
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.dispatcher import RequestContext
 
@@ -139,3 +140,32 @@ async def start_jbod(broker: Any) -> None:
         await broker.run_blocking(broker.log_manager.measure_disk_usage)
 
     broker._tasks.append(loop.create_task(broker._every(DISK_USAGE_REFRESH_S, measure_disk_usage)))
+
+
+# -- AssignReplicasToDirs (KIP-858): the active controller records where replicas live --------
+
+async def handle_assign_replicas_to_dirs(ctx: RequestContext, request: Any) -> Any:
+    return await answer_assign_replicas_to_dirs(ctx.broker, request)
+
+
+async def answer_assign_replicas_to_dirs(broker: Any, request: Any) -> Any:
+    """Each (dir, topic, partition) answered with its own error (QuorumController
+    `assign_replicas_to_dirs`); NOT_CONTROLLER or STALE_BROKER_EPOCH for the whole request."""
+    Response = _reg["AssignReplicasToDirsResponse"].cls
+    controller = broker.controller
+    if not controller.raft.is_leader:
+        return Response(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER),
+                        directories=[])
+    assignments = [(d.id, t.topic_id, p.partition_index)
+                   for d in request.directories for t in d.topics for p in t.partitions]
+    try:
+        errors = iter(await controller.assign_replicas_to_dirs(
+            request.broker_id, request.broker_epoch, assignments))
+    except KafkaError as exc:
+        return Response(throttle_time_ms=0, error_code=int(exc.code), directories=[])
+    return Response(throttle_time_ms=0, error_code=0, directories=[
+        Response.DirectoryData(id=d.id, topics=[
+            Response.TopicData(topic_id=t.topic_id, partitions=[
+                Response.PartitionData(partition_index=p.partition_index,
+                                       error_code=int(next(errors)))
+                for p in t.partitions]) for t in d.topics]) for d in request.directories])

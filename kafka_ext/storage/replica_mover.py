@@ -307,6 +307,7 @@ class ReplicaMover:
         move.state = "swapping"
         self._swap(move)
         move.state = "done"
+        self.replica_manager.check_directory(move.topic, move.partition)  # KIP-858
 
     async def _copy_rolled_segments(self, move: ReplicaMove) -> bool:
         """Copy each rolled (immutable) segment's files whole; False if the move stopped."""

@@ -39,7 +39,6 @@ from confluent_kafka.admin import (
 )
 from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient
-from kafka.errors import KafkaStorageError
 
 from kafka_ext.controller.quorum_controller import image_from_log
 from kafka_ext.storage.checkpoints import MetaProperties
@@ -111,6 +110,21 @@ def fail_log_dir(path: Path) -> Path:
     path.rename(aside)
     path.write_text("this log dir has failed\n")
     return aside
+
+
+def assert_unavailable(broker: BrokerProcess, topic: str, partition: int) -> None:
+    """The partition's only replica is in a failed dir: the controller takes its leadership
+    away (KIP-858), so Metadata shows no leader and a produce fails."""
+    admin_client = AdminClient({"bootstrap.servers": broker.bootstrap})
+    wait_until(lambda: admin_client.list_topics(topic, timeout=10).topics[topic]
+               .partitions[partition].leader == -1, WAIT_S, f"{topic}-{partition} leaderless")
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "message.timeout.ms": 2000})
+    outcome: list[Any] = []
+    producer.produce(topic, b"x", partition=partition,
+                     on_delivery=lambda err, msg: outcome.append(err))
+    producer.flush(10)
+    assert outcome and outcome[0] is not None
 
 
 def restore_log_dir(path: Path, aside: Path) -> None:
@@ -434,12 +448,7 @@ def test_move_dir_alone_with_an_offline_dir_stays_offline_and_untouched(
     fail_log_dir(offline)
     broker.start()
     assert (dest / "orphan-0.move").is_dir()  # not renamed: the real copy may be on the bad dir
-    producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, retries=0, acks=1)
-    try:
-        with pytest.raises(KafkaStorageError):
-            producer.send("orphan", b"x", partition=0).get(timeout=30)
-    finally:
-        producer.close(timeout=5)
+    assert_unavailable(broker, "orphan", 0)
     found = admin(broker).describe_log_dirs()[0]["log_dirs"]
     assert {d["log_dir"]: d["error_code"] for d in found}[str(offline)] == 56
 
@@ -501,12 +510,7 @@ def test_failed_dir_goes_offline_while_the_other_keeps_serving(broker_factory,
             dirs = admin(broker).describe_log_dirs()[0]["log_dirs"]
             return {d["log_dir"]: d["error_code"] for d in dirs}.get(str(doomed_dir)) == 56
         wait_until(offline, WAIT_S, "the failed dir reported offline")
-        producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, retries=0, acks=1)
-        try:
-            with pytest.raises(KafkaStorageError):
-                producer.send("jbod", b"x", partition=0).get(timeout=30)
-        finally:
-            producer.close(timeout=5)
+        assert_unavailable(broker, "jbod", 0)
         count = len(traffic.consumed)
         wait_until(lambda: len(traffic.consumed) > count + 200, WAIT_S, "traffic after failure")
         acked, consumed = traffic.stop()
@@ -523,12 +527,7 @@ def test_failed_dir_goes_offline_while_the_other_keeps_serving(broker_factory,
         dirs = {d["log_dir"]: d["error_code"]
                 for d in admin(broker).describe_log_dirs()[0]["log_dirs"]}
         assert dirs == {str(p): (56 if p == doomed_dir else 0) for p in paths}
-        producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, retries=0, acks=1)
-        try:
-            with pytest.raises(KafkaStorageError):
-                producer.send("jbod", b"x", partition=0).get(timeout=30)
-        finally:
-            producer.close(timeout=5)
+        assert_unavailable(broker, "jbod", 0)
     finally:
         if doomed_dir.is_file():
             broker.stop()

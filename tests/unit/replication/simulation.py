@@ -391,6 +391,9 @@ class SimLogManager:
     def detach_log(self, *args: Any) -> Path:
         raise AssertionError("the simulation never moves or deletes the partition")
 
+    def log_dir_of(self, topic: str, partition: int) -> None:
+        return None  # one disk per broker: no directory assignments (KIP-858) to make
+
 
 # -- the event loop, and what the real coroutines wait on ------------------------------------
 
