@@ -38,6 +38,9 @@ class PartitionImage:
     # KIP-858: the log dir id of each replica, in replica order (UNASSIGNED_DIR while its
     # broker has not said); empty when no replica has been assigned one.
     directories: tuple[uuid.UUID, ...] = ()
+    # KIP-253: the leader epoch each partition that existed before this one had when this one
+    # was added, (partition, leader epoch) pairs; empty for a topic's first partitions.
+    prior_leader_epochs: tuple[tuple[int, int], ...] = ()
 
     @property
     def is_diskless(self) -> bool:
@@ -257,7 +260,8 @@ def _apply_partition(delta: MetadataDelta, record: Any) -> None:
         record.partition_id, tuple(record.replicas), tuple(record.isr), record.leader,
         record.leader_epoch, record.partition_epoch, record.diskless_coordinator,
         tuple(record.adding_replicas or ()), tuple(record.removing_replicas or ()),
-        tuple(record.directories or ()))
+        tuple(record.directories or ()),
+        tuple((e.partition, e.leader_epoch) for e in record.prior_leader_epochs or ()))
 
 
 def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:

@@ -504,8 +504,11 @@ class QuorumController:
                 for p in range(first, first + partitions)}
 
     def _partition_record(self, topic_id: uuid.UUID, partition: int, replicas: list[int],
-                          diskless_coordinators: int = 0) -> Any:
-        """A new partition; of a diskless topic (coordinators > 0) mapped to its coordinator."""
+                          diskless_coordinators: int = 0,
+                          prior_leader_epochs: list[tuple[int, int]] | None = None) -> Any:
+        """A new partition; of a diskless topic (coordinators > 0) mapped to its coordinator;
+        added to an existing topic, with the older partitions' leader epochs (KIP-253)."""
+        PriorLeaderEpoch = self._records["PartitionRecord"].cls.PriorLeaderEpoch
         coordinator = (diskless_coordinator_of(topic_id, partition, diskless_coordinators)
                        if diskless_coordinators > 0 else -1)
         # KIP-858: a broker with one log dir has its replicas there; others say where.
@@ -514,7 +517,9 @@ class QuorumController:
                             replicas=list(replicas), isr=list(replicas), leader=replicas[0],
                             leader_epoch=0, partition_epoch=0, diskless_coordinator=coordinator,
                             directories=directories if any(
-                                d != UNASSIGNED_DIR for d in directories) else [])
+                                d != UNASSIGNED_DIR for d in directories) else [],
+                            prior_leader_epochs=[PriorLeaderEpoch(partition=p, leader_epoch=e)
+                                                 for p, e in prior_leader_epochs or ()])
 
     def _only_dir(self, broker_id: int) -> uuid.UUID:
         online = self.image.broker_log_dirs.get(broker_id, ())
@@ -603,8 +608,18 @@ class QuorumController:
                 return
             coordinators = (self._diskless_coordinator_count(self.image.topic_configs(topic_name))
                             if any(p.is_diskless for p in topic.partitions.values()) else 0)
-            await self._commit([self._partition_record(topic.topic_id, p, r, coordinators)
-                                for p, r in sorted(new.items())])
+            # KIP-253: every existing partition starts a new leader epoch, and each new one
+            # remembers the epochs they had until now: a consumer reads a new partition only
+            # once it has read what the older ones got under those epochs.
+            prior = [] if coordinators else [  # diskless partitions have no leader epochs
+                (p.partition_id, p.leader_epoch)
+                for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)]
+            bumps = [self._record("PartitionChangeRecord", topic_id=topic.topic_id,
+                                  partition_id=p.partition_id, leader=p.leader)
+                     for p in topic.partitions.values() if not p.is_diskless]
+            await self._commit(bumps + [
+                self._partition_record(topic.topic_id, p, r, coordinators, prior)
+                for p, r in sorted(new.items())])
 
     # -- configs -----------------------------------------------------------------------------
 

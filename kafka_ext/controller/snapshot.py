@@ -66,6 +66,9 @@ def image_records(image: MetadataImage) -> list[Any]:
             *_producer_id_records(image)]
 
 
+_PRIOR_EPOCH = registry()["PartitionRecord"].cls.PriorLeaderEpoch
+
+
 def _new(record_type: str, **fields: Any) -> Any:
     return registry()[record_type].cls(**fields)
 
@@ -126,7 +129,9 @@ def _topic_records(image: MetadataImage) -> Iterator[Any]:
                        diskless_coordinator=p.diskless_coordinator,
                        adding_replicas=list(p.adding_replicas),
                        removing_replicas=list(p.removing_replicas),
-                       directories=list(p.directories))
+                       directories=list(p.directories),
+                       prior_leader_epochs=[_PRIOR_EPOCH(partition=q, leader_epoch=e)
+                                            for q, e in p.prior_leader_epochs])
 
 
 def _config_records(image: MetadataImage) -> Iterator[Any]:

@@ -189,6 +189,7 @@ _RETRIABLE: frozenset[ErrorCode] = frozenset({
     ErrorCode.SHARE_SESSION_NOT_FOUND,
     ErrorCode.INVALID_SHARE_SESSION_EPOCH,
     ErrorCode.DISKLESS_COORDINATOR_ERROR,
+    ErrorCode.INVALID_PARTITION_COUNT,  # KIP-253: refresh metadata and retry
 })
 
 

@@ -53,6 +53,7 @@ from kafka_ext.server import (
     list_offsets,
     log_dirs,
     metadata,
+    partition_count,
     produce,
     producers,
     quorum,
@@ -218,6 +219,7 @@ class Broker:
             ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
             **diskless.HANDLERS,  # KIP-1164 coordinator APIs 93-98, 100
             **reassignment.HANDLERS,  # ElectLeaders, Alter/ListPartitionReassignments
+            **partition_count.HANDLERS,  # KIP-253, partition reduction
         }
         handlers[ApiKey.ENVELOPE] = forwarding.handle_envelope
         handlers[ApiKey.BROKER_REGISTRATION] = handle_broker_registration

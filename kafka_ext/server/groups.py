@@ -29,6 +29,7 @@ from kafka_ext.coordinator.group.coordinator import (
     FetchedOffset,
     GroupCoordinator,
     OffsetCommitEntry,
+    PositionExchange,
 )
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
@@ -169,14 +170,40 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    """Heartbeat; v4+ may carry KIP-253 positions (our tagged Topics): a member reports its
+    positions and asks for other members' (docs/partition-count.md)."""
     Response = _reg["HeartbeatResponse"].cls
+    positions = None
+    if request.topics:
+        positions = PositionExchange(
+            reported={(t.topic, p.partition): p.position
+                      for t in request.topics for p in t.partitions if p.position >= 0},
+            wanted=frozenset((t.topic, p.partition)
+                             for t in request.topics for p in t.partitions if p.need_position))
     try:
         error = await _coordinator(ctx).heartbeat(
             group_id=request.group_id, generation_id=request.generation_id,
-            member_id=request.member_id, group_instance_id=request.group_instance_id)
+            member_id=request.member_id, group_instance_id=request.group_instance_id,
+            positions=positions)
     except KafkaError as exc:
         error = exc.code
-    return Response(error_code=int(error))
+    response = Response(error_code=int(error))
+    if positions is not None and (positions.answered or positions.asked):
+        entries: dict[str, dict[int, Any]] = {}
+        for (topic, partition), position in positions.answered.items():
+            entries.setdefault(topic, {})[partition] = Response.HeartbeatResponsePartition(
+                partition=partition, need_position=False, position=position)
+        for topic, partition in positions.asked:
+            entry = entries.setdefault(topic, {}).get(partition)
+            if entry is None:
+                entries[topic][partition] = Response.HeartbeatResponsePartition(
+                    partition=partition, need_position=True, position=-1)
+            else:
+                entry.need_position = True
+        response.topics = [Response.HeartbeatResponseTopic(topic=topic, partitions=[
+            by_partition[p] for p in sorted(by_partition)])
+            for topic, by_partition in sorted(entries.items())]
+    return response
 
 
 async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:

@@ -64,6 +64,21 @@ _RecordError = _PartitionResponse.BatchIndexAndErrorMessage
 MESSAGE_SETS_BELOW_VERSION = 3  # Produce v0-2 carry message formats v0/v1
 
 
+def _partition_count_error(broker: Any, topic_data: Any) -> KafkaError | None:
+    """KIP-253: a producer that names the topic's partition count (our tagged PartitionNumber;
+    stock producers send -1) must have the count this broker's metadata has, or its keyed
+    records could go to a partition the keys no longer map to. INVALID_PARTITION_COUNT is
+    retriable: the producer refreshes its metadata and sends again."""
+    expected = topic_data.partition_number
+    if expected < 0:
+        return None
+    topic = broker.controller.image.topics_by_name.get(topic_data.name)
+    if topic is None or len(topic.partitions) == expected:
+        return None
+    return KafkaError(ErrorCode.INVALID_PARTITION_COUNT,
+                      f"{topic_data.name} has {len(topic.partitions)} partitions, not {expected}")
+
+
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if request.acks not in (0, 1, -1):
         return _error_for_all(request, ErrorCode.INVALID_REQUIRED_ACKS)
@@ -79,10 +94,13 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     waiting: list[tuple[Any, Awaitable[Any]]] = []
     for topic_data in request.topic_data:
         partitions = []
+        count_error = _partition_count_error(broker, topic_data)
         for data in topic_data.partition_data:
             answer = _PartitionResponse(index=data.index, error_code=0, base_offset=-1)
             partitions.append(answer)
             try:
+                if count_error is not None:
+                    raise count_error
                 if topic_data.name in INTERNAL_TOPICS:
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                      f"Cannot append to internal topic {topic_data.name}")

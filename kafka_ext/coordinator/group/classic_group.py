@@ -135,6 +135,10 @@ class ClassicGroup:
         # protocol name -> members listing it (Kafka's supportedProtocols): a join checks the
         # protocols every member shares without walking the group.
         self._protocol_counts: dict[str, int] = {}
+        # KIP-253, in memory only: the positions members reported this generation for
+        # partitions some member waits on, and which partitions each member asked about.
+        self.positions: dict[tuple[str, int], int] = {}
+        self.wanted_positions: dict[str, frozenset[tuple[str, int]]] = {}
 
     # -- state -------------------------------------------------------------------------------
 
@@ -193,6 +197,7 @@ class ClassicGroup:
         self.pending_members.discard(member.member_id)
 
     def remove(self, member_id: str) -> ClassicGroupMember | None:
+        self.wanted_positions.pop(member_id, None)
         member = self.members.pop(member_id, None)
         if member is None:
             return None
@@ -263,9 +268,24 @@ class ClassicGroup:
             votes[vote] = votes.get(vote, 0) + 1
         return max(votes.items(), key=lambda item: item[1])[0]
 
+    def exchange_positions(self, member_id: str, reported: dict[tuple[str, int], int],
+                           wanted: frozenset[tuple[str, int]]
+                           ) -> tuple[dict[tuple[str, int], int], frozenset[tuple[str, int]]]:
+        """KIP-253 over Heartbeat: keep the positions a member reports and the partitions it
+        asks about; answer the group's positions of those (-1 while unknown), and the partitions
+        any member asks about, whose owners are to report them."""
+        self.positions.update({tp: p for tp, p in reported.items() if p >= 0})
+        if wanted:
+            self.wanted_positions[member_id] = wanted
+        else:
+            self.wanted_positions.pop(member_id, None)
+        asked = frozenset().union(*self.wanted_positions.values())
+        return {tp: self.positions.get(tp, -1) for tp in wanted}, asked
+
     def init_next_generation(self, now_ms: int) -> None:
         """Start the next generation: CompletingRebalance with members, Empty without."""
         self.generation_id += 1
+        self.positions = {}  # partitions change owners: positions come from the new ones
         if self.members:
             self.protocol_name = self.select_protocol()
             self.transition_to(GroupState.COMPLETING_REBALANCE, now_ms)

@@ -134,6 +134,17 @@ class MemberDescription:
 
 
 @dataclass(slots=True)
+class PositionExchange:
+    """KIP-253 positions carried by a classic Heartbeat: in, what the member reports and asks
+    about; out, the group's positions it asked for and the partitions others wait on."""
+
+    reported: dict[tuple[str, int], int]
+    wanted: frozenset[tuple[str, int]]
+    answered: dict[tuple[str, int], int] = field(default_factory=dict)
+    asked: frozenset[tuple[str, int]] = frozenset()
+
+
+@dataclass(slots=True)
 class GroupDescription:
     group_id: str
     error: int = _NONE
@@ -586,7 +597,10 @@ class GroupCoordinator:
                                              f"member {member_id} session expired")
 
     async def heartbeat(self, *, group_id: str, generation_id: int, member_id: str,
-                        group_instance_id: str | None) -> ErrorCode:
+                        group_instance_id: str | None,
+                        positions: PositionExchange | None = None) -> ErrorCode:
+        """A classic member's heartbeat; with `positions` (KIP-253's tagged fields), the
+        positions it reports and asks about are exchanged in place (a valid member only)."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
         partition, shard = self._shard(group_id)
@@ -606,6 +620,9 @@ class GroupCoordinator:
         if generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         self._schedule_heartbeat(partition, group, member, member.session_timeout_ms)
+        if positions is not None:
+            positions.answered, positions.asked = group.exchange_positions(
+                member_id, positions.reported, positions.wanted)
         if group.is_in(GroupState.PREPARING_REBALANCE):
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE

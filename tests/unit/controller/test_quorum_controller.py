@@ -766,3 +766,18 @@ async def test_partitions_alternate_between_racks(controller: QuorumController) 
     await _create(controller, TopicCreation("racked", 4, 1))
     partitions = controller.image.topics_by_name["racked"].partitions
     assert [partitions[p].leader for p in range(4)] == [1, 3, 2, 4]
+
+
+async def test_create_partitions_starts_new_epochs_and_records_the_prior_ones(
+        controller: QuorumController) -> None:
+    """KIP-253: the existing partitions' leader epochs bump; new ones keep the old epochs."""
+    await _register(controller, 1, 2)
+    await _create(controller, TopicCreation("orders", 2, 1))
+    before = {p: _partition(controller, "orders", p).leader_epoch for p in (0, 1)}
+    await controller.create_partitions("orders", 4, None, validate_only=False)
+    for p in (0, 1):
+        assert _partition(controller, "orders", p).leader_epoch == before[p] + 1
+    for p in (2, 3):
+        assert _partition(controller, "orders", p).prior_leader_epochs == (
+            (0, before[0]), (1, before[1]))
+    assert _partition(controller, "orders", 0).prior_leader_epochs == ()
