@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import socket
 import sys
 from dataclasses import dataclass
 
@@ -22,6 +23,11 @@ from confluent_kafka.admin import (
 )
 
 from kafka_ext.cli.client_config import UsageError, client_config, parse_key_values
+from kafka_ext.client.probe import identify, round_trip
+from kafka_ext.controller.image import MODE_NONE
+from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.errors import ErrorCode
+from kafka_ext.protocol.messages import registry
 
 REQUEST_TIMEOUT_S = 30.0
 COLLISION_WARNING = (
@@ -62,7 +68,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     actions.add_argument("--create", action="store_true", help="create a new topic")
     actions.add_argument("--list", action="store_true", help="list all topics")
     actions.add_argument("--describe", action="store_true", help="describe topics")
-    actions.add_argument("--alter", action="store_true", help="add partitions to a topic")
+    actions.add_argument("--alter", action="store_true",
+                         help="change a topic's partition count (up, or down: seed 002)")
     actions.add_argument("--delete", action="store_true", help="delete topics")
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
                         help="broker(s) to connect to")
@@ -72,6 +79,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                         help="topic name; a regular expression for describe/alter/delete")
     parser.add_argument("--partitions", type=int, metavar="N",
                         help="partition count for --create, or the new count for --alter")
+    parser.add_argument("--delete-partitions-delay", type=int, default=0, metavar="MS",
+                        help="with --alter to fewer partitions: keep the removed ones readable "
+                             "(ReadOnly) this long before their data is deleted (default 0)")
     parser.add_argument("--replication-factor", type=int, metavar="R",
                         help="replication factor for --create")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
@@ -132,6 +142,10 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError("--if-exists is only valid with --alter, --delete or --describe")
     if args.partitions is not None and args.partitions < 1:
         raise UsageError("--partitions must be at least 1")
+    if args.delete_partitions_delay and not args.alter:
+        raise UsageError("--delete-partitions-delay is only valid with --alter")
+    if args.delete_partitions_delay < 0:
+        raise UsageError("--delete-partitions-delay must not be negative")
     if args.replication_factor is not None and args.replication_factor < 1:
         raise UsageError("--replication-factor must be at least 1")
 
@@ -201,14 +215,63 @@ def _create(admin: AdminClient, args: argparse.Namespace) -> None:
     print(f"Created topic {topic}.")
 
 
+KEYED_WARNING = ("WARNING: If partitions are {} for a topic that has a key, the partition "
+                 "logic or ordering of the messages will be affected")
+DISABLED_WARNING = ("WARNING: This feature is only enabled with Metadata version above 10 and "
+                    "delete.topic.partition.enable turned on")
+CHANGING_WARNING = "WARNING: The topic is currently under changes"
+
+
 def _alter(admin: AdminClient, args: argparse.Namespace) -> None:
+    """More partitions: CreatePartitions. Fewer: DeletePartitions of the highest-numbered
+    ones (seed 002), ReadOnly for --delete-partitions-delay ms, then deleted."""
     names = _require_topics(admin, args)
     if not names:
         return
-    futures = admin.create_partitions([NewPartitions(n, args.partitions) for n in names],
-                                      request_timeout=REQUEST_TIMEOUT_S)
-    for name in names:
-        futures[name].result()
+    counts = {name: len(admin.list_topics(name, timeout=REQUEST_TIMEOUT_S).topics[name].partitions)
+              for name in names}
+    growing = [n for n in names if args.partitions >= counts[n]]
+    if growing:
+        print(KEYED_WARNING.format("increased"))
+        futures = admin.create_partitions([NewPartitions(n, args.partitions) for n in growing],
+                                          request_timeout=REQUEST_TIMEOUT_S)
+        for name in growing:
+            futures[name].result()
+    shrinking = [n for n in names if args.partitions < counts[n]]
+    if shrinking:
+        print(KEYED_WARNING.format("decreased"))
+        _delete_partitions(args, {n: list(range(args.partitions, counts[n])) for n in shrinking})
+
+
+def _delete_partitions(args: argparse.Namespace, partitions: dict[str, list[int]]) -> None:
+    """DeletePartitions (our key 1000), sent with our codec to the bootstrap broker, which
+    forwards it to the active controller."""
+    Request = registry().requests[ApiKey.DELETE_PARTITIONS].cls
+    request = Request(timeout_ms=int(REQUEST_TIMEOUT_S * 1000),
+                      delete_partitions_delay_ms=args.delete_partitions_delay,
+                      topics=[Request.DeletePartitionsTopic(name=n, partitions=p)
+                              for n, p in partitions.items()])
+    host, _, port = args.bootstrap_server.split(",")[0].rpartition(":")
+    with socket.create_connection((host or "localhost", int(port)),
+                                  timeout=REQUEST_TIMEOUT_S) as sock:
+        identify(sock)  # our client: the extension keys are served to it
+        response = round_trip(sock, ApiKey.DELETE_PARTITIONS, 0, request)
+    if response.error_code:
+        raise TopicCommandError(response.error_message or ErrorCode(response.error_code).name)
+    for topic in response.responses:
+        for p in topic.partitions:
+            error = ErrorCode(p.error_code)
+            if error == ErrorCode.TOPIC_DELETION_DISABLED:
+                print(DISABLED_WARNING)
+            elif error == ErrorCode.INVALID_REQUEST and "already losing" in (p.error_message or ""):
+                print(CHANGING_WARNING)
+            if error != ErrorCode.NONE:
+                raise TopicCommandError(p.error_message or error.name)
+        modes = {p.status_code for p in topic.partitions}
+        state = "deleted" if modes == {MODE_NONE} else (
+            f"read-only for {args.delete_partitions_delay} ms, then deleted")
+        print(f"Partitions {topic.partitions[0].partition_index}-"
+              f"{topic.partitions[-1].partition_index} of {topic.name} are {state}.")
 
 
 def _delete(admin: AdminClient, args: argparse.Namespace) -> None:

@@ -13,6 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+# Partition reduction (seed 002): a partition's mode.
+READ_WRITE = 0
+READ_ONLY = 1  # readable until it is deleted; not written
+MODE_NONE = -1  # being deleted: neither read nor written
+MODE_UNCHANGED = -2  # PartitionChangeRecord's Mode when it does not change
 # KIP-858's directory id of a replica no broker has placed in a log dir yet.
 UNASSIGNED_DIR = uuid.UUID(int=0)
 # ConfigResource types on the wire (DescribeConfigs and ConfigRecord).
@@ -41,6 +46,11 @@ class PartitionImage:
     # KIP-253: the leader epoch each partition that existed before this one had when this one
     # was added, (partition, leader epoch) pairs; empty for a topic's first partitions.
     prior_leader_epochs: tuple[tuple[int, int], ...] = ()
+    mode: int = READ_WRITE  # partition reduction: READ_ONLY / MODE_NONE while being removed
+
+    @property
+    def writable(self) -> bool:
+        return self.mode == READ_WRITE
 
     @property
     def is_diskless(self) -> bool:
@@ -69,10 +79,21 @@ class PartitionImage:
 
 
 @dataclass(slots=True, frozen=True)
+class PartitionDeletion:
+    """A partition reduction in progress (DeleteTopicPartitionsRecord): partitions from
+    `first_removed` on are ReadOnly until `delete_at_ms` (wall clock), then None, then gone."""
+
+    first_removed: int
+    delete_at_ms: int
+    requested_ms: int
+
+
+@dataclass(slots=True, frozen=True)
 class TopicImage:
     name: str
     topic_id: uuid.UUID
     partitions: dict[int, PartitionImage]
+    deletion: PartitionDeletion | None = None
 
     @property
     def replication_factor(self) -> int:
@@ -261,7 +282,8 @@ def _apply_partition(delta: MetadataDelta, record: Any) -> None:
         record.leader_epoch, record.partition_epoch, record.diskless_coordinator,
         tuple(record.adding_replicas or ()), tuple(record.removing_replicas or ()),
         tuple(record.directories or ()),
-        tuple((e.partition, e.leader_epoch) for e in record.prior_leader_epochs or ()))
+        tuple((e.partition, e.leader_epoch) for e in record.prior_leader_epochs or ()),
+        record.mode)
 
 
 def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:
@@ -278,10 +300,30 @@ def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:
         changes["removing_replicas"] = tuple(record.removing_replicas)
     if record.directories is not None:
         changes["directories"] = tuple(record.directories)
+    if record.mode != MODE_UNCHANGED:
+        changes["mode"] = record.mode
     if record.leader != -2:  # -2: leader unchanged
         changes["leader"] = record.leader
         changes["leader_epoch"] = old.leader_epoch + 1
     partitions[record.partition_id] = replace(old, **changes)
+
+
+def _apply_delete_topic_partitions(delta: MetadataDelta, record: Any) -> None:
+    _, by_id = delta.topics()
+    topic = by_id.get(record.topic_id)
+    if topic is not None:
+        delta.put_topic(replace(topic, deletion=PartitionDeletion(
+            record.delete_partitions, record.delete_partitions_delay_timestamp,
+            record.create_timestamp)))
+
+
+def _apply_remove_topic_partitions(delta: MetadataDelta, record: Any) -> None:
+    """The reduction is done: partitions from the new count on leave the topic."""
+    partitions = delta.partitions_of(record.topic_id)
+    for index in [p for p in partitions if p >= record.partition_count]:
+        del partitions[index]
+    _, by_id = delta.topics()
+    delta.put_topic(replace(by_id[record.topic_id], deletion=None))
 
 
 def _apply_remove_topic(delta: MetadataDelta, record: Any) -> None:
@@ -387,6 +429,8 @@ _APPLIERS: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "TopicRecord": _apply_topic,
     "PartitionRecord": _apply_partition,
     "PartitionChangeRecord": _apply_partition_change,
+    "DeleteTopicPartitionsRecord": _apply_delete_topic_partitions,
+    "RemoveTopicPartitionsRecord": _apply_remove_topic_partitions,
     "RemoveTopicRecord": _apply_remove_topic,
     "ConfigRecord": _apply_config,
     "FeatureLevelRecord": _apply_feature_level,

@@ -41,6 +41,8 @@ from kafka_ext.controller.cluster_control import (
 )
 from kafka_ext.controller.image import (
     BROKER_RESOURCE,
+    MODE_NONE,
+    READ_ONLY,
     TOPIC_RESOURCE,
     UNASSIGNED_DIR,
     MetadataImage,
@@ -582,6 +584,10 @@ class QuorumController:
             if topic is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                  f"The topic '{topic_name}' does not exist.")
+            if topic.deletion is not None:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 f"{topic_name} is losing partitions {topic.deletion.first_removed} "
+                                 "and up; add partitions once that is done")
             current = len(topic.partitions)
             if count < current:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS,
@@ -620,6 +626,95 @@ class QuorumController:
             await self._commit(bumps + [
                 self._partition_record(topic.topic_id, p, r, coordinators, prior)
                 for p, r in sorted(new.items())])
+
+    # -- partition reduction (seed 002) -------------------------------------------------------
+
+    async def delete_partitions(self, topic_name: str, partitions: list[int], delay_ms: int,
+                                now_ms: int) -> int:
+        """Start removing a tail of the topic's partitions: ReadOnly for `delay_ms`, then None
+        and gone (`advance_partition_deletions`); with no delay None at once. Returns their
+        mode now; KafkaError with the reason otherwise, and nothing changes."""
+        async with self._lock:
+            topic = self.image.topics_by_name.get(topic_name)
+            if topic is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 f"The topic '{topic_name}' does not exist.")
+            if topic_name in _NEVER_DISKLESS or topic_name.startswith("__"):
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"{topic_name} is an internal topic: its partitions stay")
+            if any(p.is_diskless for p in topic.partitions.values()):
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"{topic_name} is diskless: its partitions cannot be deleted")
+            if topic.deletion is not None:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"{topic_name} is already losing partitions "
+                                 f"{topic.deletion.first_removed} and up")
+            if any(p.is_reassigning for p in topic.partitions.values()):
+                raise KafkaError(ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                                 f"{topic_name} has a reassignment in progress")
+            if delay_ms < 0:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"negative delay {delay_ms} ms")
+            count = len(topic.partitions)
+            wanted = sorted(set(partitions))
+            if len(wanted) != len(partitions) or not wanted:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 "name each partition to delete once")
+            if wanted[-1] >= count or wanted[0] < 0:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 f"{topic_name} has {count} partition(s): 0 to {count - 1}")
+            if wanted != list(range(wanted[0], count)):
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 "only the highest-numbered partitions can be deleted, "
+                                 f"{wanted[0]} to {count - 1} here")
+            if wanted[0] == 0:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 f"deleting every partition of {topic_name} would leave none; "
+                                 "delete the topic instead")
+            mode = READ_ONLY if delay_ms > 0 else MODE_NONE
+            await self._commit([
+                self._record("DeleteTopicPartitionsRecord", topic_id=topic.topic_id,
+                             delete_partitions=wanted[0],
+                             delete_partitions_delay_timestamp=now_ms + delay_ms,
+                             create_timestamp=now_ms),
+                *(self._record("PartitionChangeRecord", topic_id=topic.topic_id,
+                               partition_id=p, leader=LEADER_UNCHANGED, mode=mode)
+                  for p in wanted)])
+            log.info("deleting partitions %d-%d of %s: %s", wanted[0], count - 1, topic_name,
+                     f"ReadOnly for {delay_ms} ms" if delay_ms else "now")
+            return mode
+
+    async def advance_partition_deletions(self, now_ms: int) -> None:
+        """The delayed-deletion task (active controller, every
+        delete.topic.partition.interval.delay.ms): ReadOnly partitions whose delay is over turn
+        None; partitions already None leave their topic (brokers delete their data). A new
+        active controller picks up where the last one stopped: the state is in the image."""
+        if not self.raft.is_leader:
+            return
+        async with self._lock:
+            records: list[Any] = []
+            for topic in self.image.topics_by_name.values():
+                deletion = topic.deletion
+                if deletion is None:
+                    continue
+                removed = [p for i, p in topic.partitions.items() if i >= deletion.first_removed]
+                if all(p.mode == MODE_NONE for p in removed):
+                    records.append(self._record("RemoveTopicPartitionsRecord",
+                                                topic_id=topic.topic_id,
+                                                partition_count=deletion.first_removed))
+                    log.info("partitions %d and up of %s are gone", deletion.first_removed,
+                             topic.name)
+                elif now_ms >= deletion.delete_at_ms:
+                    records += [self._record("PartitionChangeRecord", topic_id=topic.topic_id,
+                                             partition_id=p.partition_id,
+                                             leader=LEADER_UNCHANGED, mode=MODE_NONE)
+                                for p in removed if p.mode != MODE_NONE]
+                    log.info("partitions %d and up of %s: their delay is over, deleting "
+                             "their data", deletion.first_removed, topic.name)
+            if records:
+                try:
+                    await self._commit(records)
+                except KafkaError as exc:  # leadership moved: the next controller goes on
+                    log.info("could not advance partition deletions: %s", exc)
 
     # -- configs -----------------------------------------------------------------------------
 

@@ -131,7 +131,13 @@ def _topic_records(image: MetadataImage) -> Iterator[Any]:
                        removing_replicas=list(p.removing_replicas),
                        directories=list(p.directories),
                        prior_leader_epochs=[_PRIOR_EPOCH(partition=q, leader_epoch=e)
-                                            for q, e in p.prior_leader_epochs])
+                                            for q, e in p.prior_leader_epochs],
+                       mode=p.mode)
+        if topic.deletion is not None:
+            yield _new("DeleteTopicPartitionsRecord", topic_id=topic.topic_id,
+                       delete_partitions=topic.deletion.first_removed,
+                       delete_partitions_delay_timestamp=topic.deletion.delete_at_ms,
+                       create_timestamp=topic.deletion.requested_ms)
 
 
 def _config_records(image: MetadataImage) -> Iterator[Any]:

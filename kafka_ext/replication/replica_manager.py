@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from kafka_ext.controller.image import MetadataImage, PartitionImage, TopicImage
+from kafka_ext.controller.image import MODE_NONE, MetadataImage, PartitionImage, TopicImage
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.record_batch import validate_batches
 from kafka_ext.protocol.records import (
@@ -98,7 +98,9 @@ class ReplicaManager:
         assigned: set[TopicPartition] = set()
         for topic in new.topics_by_name.values():
             for part in topic.partitions.values():
-                if self.node_id in part.replicas and not part.is_diskless:
+                # A partition being deleted (mode None) is no longer hosted: its data goes.
+                if (self.node_id in part.replicas and not part.is_diskless
+                        and part.mode != MODE_NONE):
                     tp = (topic.name, part.partition_id)
                     assigned.add(tp)
                     try:

@@ -372,13 +372,17 @@ class Broker:
                  self.node_id, self.cluster_id, self.bound_ports)
 
     def _start_controller_timers(self) -> None:
-        """What the active controller does on its own: fence brokers whose session expired
-        and, with auto.leader.rebalance.enable, give leaderships back to preferred replicas."""
+        """What the active controller does on its own: fence brokers whose session expired,
+        move partition deletions on (seed 002) and, with auto.leader.rebalance.enable, give
+        leaderships back to preferred replicas."""
         loop = asyncio.get_running_loop()
         values = self.config.values
         self._tasks.append(loop.create_task(self._every(
             int(str(values["broker.session.timeout.ms"])) / 2000,
             self.controller.fence_expired_brokers)))
+        self._tasks.append(loop.create_task(self._every(
+            self.config.delete_topic_partition_interval_delay_ms / 1000,
+            lambda: self.controller.advance_partition_deletions(int(time.time() * 1000)))))
         if values["auto.leader.rebalance.enable"]:
             self._tasks.append(loop.create_task(self._every(
                 int(str(values["leader.imbalance.check.interval.seconds"])),
@@ -610,6 +614,7 @@ _CONTROLLER_APIS = frozenset({
     ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
     ApiKey.ALTER_PARTITION, ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
     ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.ASSIGN_REPLICAS_TO_DIRS,
+    ApiKey.DELETE_PARTITIONS,
 })
 
 

@@ -665,7 +665,8 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
     _d("delete.topic.partition.enable", _B, True,
        "Allow removing partitions from a topic (DeletePartitions, --alter --partitions <smaller>).", ""),
     _d("delete.topic.partition.interval.delay.ms", _L, 300000,
-       "How often partitions awaiting delayed deletion are checked.", "ms", at_least(1)),
+       "How often the active controller moves partitions being deleted on (ReadOnly to None "
+       "after their delay, then out of the topic).", "ms", at_least(1)),
     # Proposals: diskless topics
     _d("diskless.metadata.topic.num.partitions", _I, 10,
        "Partitions of __diskless_metadata, that is the number of diskless coordinators.", "count",

@@ -96,7 +96,8 @@ def _topic(topic: TopicImage, gateways: _Gateways) -> Any:
                                leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
                                isr_nodes=list(p.isr), offline_replicas=[],
                                preferred_produce_brokers=(gateways.of(p.diskless_coordinator)
-                                                          if p.is_diskless else []))
+                                                          if p.is_diskless else []),
+                               mode=p.mode)
                     for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)])
 
 

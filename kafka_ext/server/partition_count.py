@@ -5,14 +5,20 @@ LeaderEpochsForPartition is answered by any broker from its metadata image: for 
 asked about, the leader epochs the topic's older partitions had when it was added (PartitionRecord
 `PriorLeaderEpochs`), which a consumer turns into offsets with OffsetForLeaderEpoch before it
 reads the new partition (docs/partition-count.md).
+
+DeletePartitions is answered by the active controller (other nodes forward it), with
+`delete.topic.partition.enable` on; each partition is answered with its mode after the call
+(ReadOnly while its delay runs, None when it is deleted at once) or with why it was refused.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from kafka_ext.controller.image import MODE_NONE
 from kafka_ext.protocol.api_keys import ApiKey
-from kafka_ext.protocol.errors import ErrorCode
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.dispatcher import RequestContext
 
@@ -42,6 +48,45 @@ async def handle_leader_epochs_for_partition(ctx: RequestContext, request: Any) 
     return Response(throttle_time_ms=0, topics=topics)
 
 
+async def handle_delete_partitions(ctx: RequestContext, request: Any) -> Any:
+    Response = _reg["DeletePartitionsResponse"].cls
+    broker = ctx.broker
+    enabled = broker.config.delete_topic_partition_enable
+    responses = []
+    for t in request.topics:
+        error, message, new_mode = ErrorCode.NONE, None, None
+        try:
+            if not enabled:
+                raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED,
+                                 "partition deletion is disabled: set "
+                                 "delete.topic.partition.enable=true")
+            new_mode = await broker.controller.delete_partitions(
+                t.name, list(t.partitions), request.delete_partitions_delay_ms,
+                int(time.time() * 1000))
+        except KafkaError as exc:
+            error, message = exc.code, exc.message or None
+        known = broker.controller.image.topics_by_name.get(t.name)
+        partitions = []
+        for index in t.partitions:
+            part = known.partitions.get(index) if known is not None else None
+            # Refused: the mode the partition keeps (None for one that does not exist).
+            status = new_mode if new_mode is not None else (
+                part.mode if part is not None else MODE_NONE)
+            partitions.append(Response.DeletePartitionsPartitionResult(
+                partition_index=index, status_code=status, error_code=int(error),
+                error_message=message))
+        responses.append(Response.DeletePartitionsTopicResult(name=t.name, partitions=partitions))
+    return Response(throttle_time_ms=0, error_code=0, error_message=None, responses=responses)
+
+
+def delete_partitions_error(request: Any, error: KafkaError) -> Any:
+    """DeletePartitions answered with `error` at the top level (no controller in time)."""
+    return _reg["DeletePartitionsResponse"].cls(
+        throttle_time_ms=0, error_code=int(error.code), error_message=error.message or None,
+        responses=[])
+
+
 HANDLERS = {
     ApiKey.LEADER_EPOCHS_FOR_PARTITION: handle_leader_epochs_for_partition,
+    ApiKey.DELETE_PARTITIONS: handle_delete_partitions,
 }

@@ -37,6 +37,7 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
+from kafka_ext.controller.image import TopicImage
 from kafka_ext.network.connection import CloseConnection
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.legacy_records import is_message_set, message_set_to_batch
@@ -64,19 +65,29 @@ _RecordError = _PartitionResponse.BatchIndexAndErrorMessage
 MESSAGE_SETS_BELOW_VERSION = 3  # Produce v0-2 carry message formats v0/v1
 
 
-def _partition_count_error(broker: Any, topic_data: Any) -> KafkaError | None:
+def _partition_count_error(known: TopicImage | None, topic_data: Any) -> KafkaError | None:
     """KIP-253: a producer that names the topic's partition count (our tagged PartitionNumber;
     stock producers send -1) must have the count this broker's metadata has, or its keyed
     records could go to a partition the keys no longer map to. INVALID_PARTITION_COUNT is
     retriable: the producer refreshes its metadata and sends again."""
     expected = topic_data.partition_number
-    if expected < 0:
-        return None
-    topic = broker.controller.image.topics_by_name.get(topic_data.name)
-    if topic is None or len(topic.partitions) == expected:
+    if expected < 0 or known is None or len(known.partitions) == expected:
         return None
     return KafkaError(ErrorCode.INVALID_PARTITION_COUNT,
-                      f"{topic_data.name} has {len(topic.partitions)} partitions, not {expected}")
+                      f"{topic_data.name} has {len(known.partitions)} partitions, not {expected}")
+
+
+def _check_writable(known: TopicImage | None, partition: int) -> None:
+    """Partition reduction: a partition being deleted (ReadOnly, then None) takes no writes.
+    PARTITION_NOT_WRITABLE is not retriable: a stock producer fails the batch at once rather
+    than retry it into the same partition (docs/partition-count.md)."""
+    if known is None:
+        return
+    part = known.partitions.get(partition)
+    if part is not None and not part.writable:
+        raise KafkaError(ErrorCode.PARTITION_NOT_WRITABLE,
+                         f"{known.name}-{partition} is being deleted (partition reduction): "
+                         "it takes no more writes")
 
 
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
@@ -94,13 +105,15 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     waiting: list[tuple[Any, Awaitable[Any]]] = []
     for topic_data in request.topic_data:
         partitions = []
-        count_error = _partition_count_error(broker, topic_data)
+        known = broker.controller.image.topics_by_name.get(topic_data.name)
+        count_error = _partition_count_error(known, topic_data)
         for data in topic_data.partition_data:
             answer = _PartitionResponse(index=data.index, error_code=0, base_offset=-1)
             partitions.append(answer)
             try:
                 if count_error is not None:
                     raise count_error
+                _check_writable(known, data.index)
                 if topic_data.name in INTERNAL_TOPICS:
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                      f"Cannot append to internal topic {topic_data.name}")

@@ -27,6 +27,8 @@ def _request(api_key: int) -> object:
                                                        configs=[])])
     if api_key in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION_REASSIGNMENTS):
         return cls(topics=[])
+    if api_key == ApiKey.DELETE_PARTITIONS:
+        return cls(topics=[cls.DeletePartitionsTopic(name="a", partitions=[2])])
     if api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
         return cls(topics=None)
     if api_key == ApiKey.ELECT_LEADERS:
@@ -41,7 +43,8 @@ def test_every_entry_gets_the_error_and_every_version_encodes(api_key: int) -> N
     response = error_response(api_key, _request(api_key),
                               KafkaError(ErrorCode.REQUEST_TIMED_OUT, "no controller"))
     if api_key in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-                   ApiKey.LIST_PARTITION_REASSIGNMENTS):  # one top-level error code
+                   ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                   ApiKey.DELETE_PARTITIONS):  # one top-level error code
         assert response.error_code == ErrorCode.REQUEST_TIMED_OUT
     elif api_key == ApiKey.ELECT_LEADERS:  # both: v0 has no top-level code
         assert response.error_code == ErrorCode.REQUEST_TIMED_OUT
