@@ -117,8 +117,16 @@ class NodeChannels:
         if task is None:
             task = asyncio.get_running_loop().create_task(self._connect(node_id))
             self._connecting[node_id] = task
-            task.add_done_callback(lambda _: self._connecting.pop(node_id, None))
+            task.add_done_callback(lambda done: self._connect_done(node_id, done))
         return await asyncio.shield(task)
+
+    def _connect_done(self, node_id: int, task: asyncio.Task[NodeConnection]) -> None:
+        """Forget a finished connect. Its callers may all have given up while the shield kept
+        it going (timed out, or cancelled by a shutdown): its failure is retrieved here, since
+        nobody awaits it any more, and the next request connects again."""
+        self._connecting.pop(node_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("connecting to node %d failed: %s", node_id, task.exception())
 
     async def _connect(self, node_id: int) -> NodeConnection:
         endpoint = self._endpoint_of(node_id)

@@ -1,29 +1,36 @@
 """Several real `kafka-ext server` processes on loopback, formatted as one KRaft cluster.
 
-Node-to-node quorum traffic goes through `LinkProxy`s, one per ordered pair of nodes (node i
-reaches voter j at the port of proxy i->j), so a test can cut a node off from the quorum
-without touching the processes, the way asyncpg's adversity tests cut connections. Clients
-connect to the brokers directly.
+Every node-to-node link goes through a `LinkProxy`, so a test can cut nodes off from each other
+without touching the processes, the way asyncpg's adversity tests cut connections. Quorum
+traffic has one proxy per ordered pair of nodes (node i reaches voter j at the port of proxy
+i->j). Broker-to-broker traffic (replica fetches, transaction markers) uses each broker's
+REPLICATION listener (`inter.broker.listener.name`), whose advertised port is a proxy in front
+of it; that proxy learns which broker a connection comes from by the client id of its first
+request. Clients connect to the brokers' PLAINTEXT listeners directly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import pytest
 
 from kafka_ext.client.probe import api_versions_ok, round_trip
 from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.errors import DecodeError, KafkaError
+from kafka_ext.protocol.framing import SIZE, decode_request_header, frame_size
 from kafka_ext.protocol.messages import registry
 from tests.integration.conftest import free_port
 
@@ -38,68 +45,192 @@ FAST_QUORUM = {
     "broker.heartbeat.interval.ms": "500",
     "broker.session.timeout.ms": "3000",
 }
+INTER_BROKER_LISTENER = "REPLICATION"
+# The client ids our nodes open their connections to each other with (node_client.NodeChannels
+# users: kafka-ext-replica-fetcher-<id>, kafka-ext-broker-<id>, kafka-ext-raft-<id>, ...).
+_NODE_CLIENT_ID = re.compile(r"kafka-ext-[a-z-]+-(\d+)")
+_FIRST_FRAME_MAX_BYTES = 1 << 20  # an ApiVersions request; anything bigger is not one of ours
+UNIDENTIFIED = -1  # the source of a connection whose client id names no node: never cut
+
+Link = tuple[int, int]  # (source node, destination node): connections the source opens
+CutMode = Literal["drop", "stall"]
+T = TypeVar("T")
+
+
+class _Relay:
+    """One relayed connection: the accepted side and, once open, the upstream side."""
+
+    __slots__ = ("dropped", "writers")
+
+    def __init__(self, accepted: asyncio.StreamWriter) -> None:
+        self.writers = [accepted]
+        self.dropped = False
+
+    def drop(self) -> None:
+        self.dropped = True
+        for writer in self.writers:
+            writer.close()
 
 
 class LinkProxy:
-    """A TCP relay from a local port to a target port that can be cut and healed."""
+    """A TCP relay in front of node `dst`'s `target_port`. Its connections come from node `src`
+    (a quorum proxy, one per ordered pair), or, when `src` is None, from the node the client id
+    of their first request names (the proxy in front of a broker's inter-broker listener)."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, network: Network, target_port: int, dst: int, src: int | None) -> None:
+        self.network = network
         self.target_port = target_port
-        self.port = free_port()
-        self.cut = False
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        self._ready.wait(10)
+        self.dst = dst
+        self.src = src
+        self.port = 0  # bound by Network.proxy
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(
-            asyncio.start_server(self._accept, "127.0.0.1", self.port))
-        self._ready.set()
-        self._loop.run_forever()
-        server.close()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.cut:
-            writer.close()
-            return
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
-            writer.close()
-            return
-        self._writers |= {writer, up_writer}
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        first, src = b"", self.src
+        if src is None:
             try:
-                while not self.cut:
-                    data = await src.read(65536)
-                    if not data:
-                        break
-                    dst.write(data)
-                    await dst.drain()
+                first, named = await asyncio.wait_for(self.network.identify(reader), 10)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, KafkaError,
+                    DecodeError):
+                writer.close()
+                return
+            src = named
+        await self.network.relay((src, self.dst), first, reader, writer, self.target_port)
+
+
+class Network:
+    """The links between a cluster's nodes: every LinkProxy, served by one event-loop thread,
+    and the directed links that are cut. A cut link (src, dst) stops the connections src opens
+    to dst, whichever way their bytes go. "drop" closes them and refuses new ones (a firewall
+    that rejects); "stall" holds their bytes, both ways, until the link heals (a firewall that
+    drops packets, healed before TCP gives up: what was sent arrives late)."""
+
+    def __init__(self) -> None:
+        self._cuts: dict[Link, CutMode] = {}
+        self._held: dict[Link, asyncio.Event] = {}  # stalled links: set when they heal
+        self._relays: dict[Link, set[_Relay]] = {}
+        self._servers: list[asyncio.base_events.Server] = []
+        self.unidentified: list[str | None] = []  # client ids that named no node
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
+
+    def proxy(self, target_port: int, dst: int, src: int | None = None) -> LinkProxy:
+        """A new relay to `target_port` of node `dst`, listening on a free loopback port."""
+        proxy = LinkProxy(self, target_port, dst, src)
+
+        async def listen() -> int:
+            server = await asyncio.start_server(proxy.accept, "127.0.0.1", 0)
+            self._servers.append(server)
+            return int(server.sockets[0].getsockname()[1])
+
+        proxy.port = self._call(listen())
+        return proxy
+
+    async def identify(self, reader: asyncio.StreamReader) -> tuple[bytes, int]:
+        """Read a connection's first request; (its bytes, the node its client id names)."""
+        prefix = await reader.readexactly(SIZE.size)
+        size = frame_size(prefix, _FIRST_FRAME_MAX_BYTES)
+        assert size is not None
+        frame = await reader.readexactly(size)
+        header, _ = decode_request_header(frame)
+        named = _NODE_CLIENT_ID.fullmatch(header.client_id or "")
+        if named is None:
+            self.unidentified.append(header.client_id)
+            return prefix + frame, UNIDENTIFIED
+        return prefix + frame, int(named.group(1))
+
+    async def relay(self, link: Link, first: bytes, reader: asyncio.StreamReader,
+                    writer: asyncio.StreamWriter, target_port: int) -> None:
+        relay = _Relay(writer)
+        relays = self._relays.setdefault(link, set())
+        relays.add(relay)
+        try:
+            if self._cuts.get(link) == "drop":
+                return
+            await self._wait_healed(link)  # a stalled link holds new connections too
+            if relay.dropped:
+                return
+            try:
+                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target_port)
             except OSError:
-                pass
-            finally:
-                dst.close()
+                return
+            relay.writers.append(up_writer)
+            if relay.dropped:
+                return
+            up_writer.write(first)
+            await asyncio.gather(self._pipe(link, relay, reader, up_writer),
+                                 self._pipe(link, relay, up_reader, writer))
+        finally:
+            relays.discard(relay)
+            relay.drop()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        self._writers -= {writer, up_writer}
+    async def _wait_healed(self, link: Link) -> None:
+        while (held := self._held.get(link)) is not None:
+            await held.wait()
 
-    def set_cut(self, cut: bool) -> None:
-        """Cut: close every open connection and refuse new ones; heal: relay again."""
-        def apply() -> None:
-            self.cut = cut
-            if cut:
-                for w in list(self._writers):
-                    w.close()
-        self._loop.call_soon_threadsafe(apply)
+    async def _pipe(self, link: Link, relay: _Relay, src: asyncio.StreamReader,
+                    dst: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                data = await src.read(65536)
+                if not data:
+                    break
+                await self._wait_healed(link)
+                if relay.dropped:
+                    break
+                dst.write(data)
+                await dst.drain()
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def _apply(self, link: Link, mode: CutMode | None) -> None:
+        if self._cuts.pop(link, None) == "stall":
+            self._held.pop(link).set()  # the held bytes flow again
+        if mode is None:
+            return
+        self._cuts[link] = mode
+        if mode == "stall":
+            self._held[link] = asyncio.Event()
+        else:
+            for relay in list(self._relays.get(link, ())):
+                relay.drop()
+
+    def set_links(self, links: Iterable[Link], mode: CutMode | None) -> None:
+        """Cut `links` (directed) in `mode`, or heal them (None); in force when this returns."""
+        chosen = list(links)
+
+        async def apply() -> None:
+            for link in chosen:
+                self._apply(link, mode)
+
+        self._call(apply())
+
+    def cut_links(self) -> dict[Link, CutMode]:
+        """The links cut now, and how."""
+        async def read() -> dict[Link, CutMode]:
+            return dict(self._cuts)
+
+        return self._call(read())
 
     def close(self) -> None:
+        async def stop() -> None:
+            for server in self._servers:
+                server.close()
+            for relays in self._relays.values():
+                for relay in list(relays):
+                    relay.drop()
+            for held in self._held.values():
+                held.set()
+
+        with contextlib.suppress(TimeoutError):
+            self._call(stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
 
 
 class Node:
@@ -113,7 +244,9 @@ class Node:
         self.log_path = cluster.root / f"node{node_id}.log"
         self.config_path = cluster.root / f"node{node_id}.properties"
         self.client_port = free_port() if "broker" in roles else 0
+        self.inter_broker_port = free_port() if "broker" in roles else 0
         self.controller_port = free_port() if "controller" in roles else 0
+        self.inter_broker_proxy: LinkProxy | None = None  # what other brokers connect to
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -124,16 +257,25 @@ class Node:
         listeners = []
         if self.client_port:
             listeners.append(f"PLAINTEXT://127.0.0.1:{self.client_port}")
+            listeners.append(f"{INTER_BROKER_LISTENER}://127.0.0.1:{self.inter_broker_port}")
         if self.controller_port:
             listeners.append(f"CONTROLLER://127.0.0.1:{self.controller_port}")
         settings = {
             "node.id": str(self.node_id), "process.roles": self.roles,
             "listeners": ",".join(listeners), "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,"
+                                              f"{INTER_BROKER_LISTENER}:PLAINTEXT,"
+                                              "CONTROLLER:PLAINTEXT",
             "controller.quorum.voters": voters, "log.dirs": str(self.data_dir),
             "num.partitions": "1", **FAST_QUORUM, **extra,
         }
         if self.client_port:
-            settings["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{self.client_port}"
+            # PLAINTEXT first: Metadata answers clients with the first advertised listener.
+            assert self.inter_broker_proxy is not None
+            settings["advertised.listeners"] = (
+                f"PLAINTEXT://127.0.0.1:{self.client_port},"
+                f"{INTER_BROKER_LISTENER}://127.0.0.1:{self.inter_broker_proxy.port}")
+            settings["inter.broker.listener.name"] = INTER_BROKER_LISTENER
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
 
     def format(self) -> None:
@@ -220,13 +362,16 @@ class Cluster:
         for n in range(1, brokers + 1):
             self.nodes[100 + n] = Node(self, 100 + n, "broker")
         self.voter_ids = [n for n, node in self.nodes.items() if node.controller_port]
-        # proxies[(i, j)]: how node i reaches voter j
-        self.proxies = {(i, j): LinkProxy(self.nodes[j].controller_port)
-                        for i in self.nodes for j in self.voter_ids if i != j}
+        self.network = Network()
+        # quorum_proxies[(i, j)]: how node i reaches voter j
+        self.quorum_proxies = {(i, j): self.network.proxy(self.nodes[j].controller_port, j, i)
+                               for i in self.nodes for j in self.voter_ids if i != j}
+        for node in self.brokers:
+            node.inter_broker_proxy = self.network.proxy(node.inter_broker_port, node.node_id)
         for i, node in self.nodes.items():
             voters = ",".join(
                 f"{j}@127.0.0.1:"
-                f"{self.nodes[j].controller_port if i == j else self.proxies[(i, j)].port}"
+                f"{self.nodes[j].controller_port if i == j else self.quorum_proxies[(i, j)].port}"
                 for j in self.voter_ids)
             rack = {"broker.rack": racks[i]} if racks and i in racks else {}
             node.write_config(voters, {**(extra or {}), **rack})
@@ -242,11 +387,28 @@ class Cluster:
     def brokers(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.client_port]
 
-    def isolate(self, node_id: int, cut: bool = True) -> None:
-        """Cut (or heal) every quorum link to and from a node."""
-        for (i, j), proxy in self.proxies.items():
-            if node_id in (i, j):
-                proxy.set_cut(cut)
+    def cut(self, links: Iterable[Link], mode: CutMode = "drop") -> None:
+        """Cut directed links: a cut (i, j) stops the connections node i opens to node j
+        (quorum and inter-broker), so one-way cuts make asymmetric partitions."""
+        self.network.set_links(links, mode)
+
+    def partition(self, *sides: Iterable[int], mode: CutMode = "drop") -> None:
+        """Cut every link, both ways, between nodes on different sides; nodes on no side
+        keep every link."""
+        side_of = {n: k for k, side in enumerate(sides) for n in side}
+        self.cut([(i, j) for i in side_of for j in side_of if side_of[i] != side_of[j]], mode)
+
+    def isolate(self, node_id: int, cut: bool = True, mode: CutMode = "drop") -> None:
+        """Cut (or heal) every link to and from a node: quorum and replication."""
+        others = [n for n in self.nodes if n != node_id]
+        if cut:
+            self.partition([node_id], others, mode=mode)
+        else:
+            self.heal([(node_id, n) for n in others] + [(n, node_id) for n in others])
+
+    def heal(self, links: Iterable[Link] | None = None) -> None:
+        """Heal `links`, or every cut link."""
+        self.network.set_links(self.network.cut_links() if links is None else links, None)
 
     def quorum(self, via: Node) -> Any:
         """DescribeQuorum's partition answer from one node."""
@@ -286,8 +448,10 @@ class Cluster:
                 problems.append(f"node {node.node_id} exited with {code}:\n{node.log()}")
             elif "Traceback" in node.log():
                 problems.append(f"node {node.node_id} logged a traceback:\n{node.log()}")
-        for proxy in self.proxies.values():
-            proxy.close()
+        self.network.close()
+        if self.network.unidentified:  # such a connection would go through any cut
+            problems.append("connections to an inter-broker listener named no node: "
+                            f"client ids {sorted(set(map(str, self.network.unidentified)))}")
         return problems
 
 

@@ -1,28 +1,44 @@
 """A seeded fault campaign against replicated partitions (issue 14 item 8), Jepsen-style.
 
-An idempotent acks=all producer writes sequenced values without pause while the campaign kills
-(-9) and pauses (SIGSTOP) partition leaders, followers and the active controller, one fault per
-round, each followed by recovery. Afterwards a checker reads every partition back through every
-broker and counts acknowledged writes lost, records duplicated, acknowledged writes found at
-another offset, and offsets that hold different records for different readers. All must be zero.
+An idempotent acks=all producer writes sequenced values without pause, and a read_committed
+consumer reads them, while the campaign injects one fault per round, each followed by recovery.
+Rounds alternate between a process fault (kill -9 or SIGSTOP of a partition leader, a follower
+or the active controller) and a network fault (a leader, a follower or the active controller cut
+off from every other node; a leader whose inbound or outbound links alone are cut; or a bridge:
+a leader cut off from the active controller only, both still reaching the third node), so even
+CI's three rounds see both. A network fault cuts quorum and replication links alike, either
+closing the connections ("drop") or holding their bytes until it heals ("stall").
 
-CI runs a bounded slice (seed 1, a few rounds). A longer campaign:
+Afterwards a checker reads every partition back through every broker and counts acknowledged
+writes lost, records duplicated, acknowledged writes found at another offset, and offsets that
+hold different records for different readers; and, for the consumer that read during the faults,
+records it skipped, offsets it saw go back, and records it saw that the log does not hold at
+that offset. All must be zero.
+
+CI runs a bounded slice (seed 1, three rounds). A longer campaign:
     FAULT_SEEDS=1-20 FAULT_ROUNDS=12 pytest tests/cluster/test_replication_faults.py
-and a failing seed replays with FAULT_SEEDS=<seed>.
+and a failing seed replays with FAULT_SEEDS=<seed> FAULT_ROUNDS=<rounds>. FAULT_OVERLAP=1 starts
+each fault without waiting for the last one's recovery.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import socket
+import socketserver
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from tests.cluster.conftest import Cluster, Node
+from kafka_ext.client.probe import api_versions_request, recv_exact
+from kafka_ext.protocol.api_keys import NODE_SOFTWARE_NAME, ApiKey
+from kafka_ext.protocol.framing import encode_request
+from tests.cluster.conftest import Cluster, CutMode, Network, Node
 from tests.cluster.test_cluster import wait_until
 from tests.cluster.test_replication import (
     REPLICATION,
@@ -34,7 +50,11 @@ from tests.cluster.test_replication import (
 
 TOPIC = "ledger"
 PARTITIONS = 3
-FAULTS = ("kill leader", "kill follower", "kill controller", "pause leader", "pause follower")
+PROCESS_FAULTS = ("kill leader", "kill follower", "kill controller", "pause leader",
+                  "pause follower")
+NETWORK_FAULTS = ("isolate leader", "isolate follower", "isolate controller",
+                  "cut leader inbound", "cut leader outbound", "bridge leader")
+CUT_MODES: tuple[CutMode, ...] = ("drop", "stall")
 
 
 def _seeds() -> list[int]:
@@ -46,6 +66,9 @@ def _seeds() -> list[int]:
 
 
 ROUNDS = int(os.environ.get("FAULT_ROUNDS", "3"))
+# FAULT_OVERLAP=1: a round does not wait for every replica to be back in sync before the next
+# fault (only the last one does), so faults land on partitions still recovering.
+OVERLAP = os.environ.get("FAULT_OVERLAP", "") not in ("", "0")
 
 
 class ContinuousWriter:
@@ -70,69 +93,151 @@ class ContinuousWriter:
         assert not self._thread.is_alive(), "the producer did not finish its flush"
 
 
+class ContinuousReader:
+    """Reads every partition from its start with read_committed until stopped, from one thread,
+    and remembers (offset, value) per partition in the order they were polled. No group
+    coordination (the group's coordinator may be killed); it never commits."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.observed: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+        self.errors: list[str] = []
+        self._consumer = Consumer({
+            "bootstrap.servers": ",".join(n.bootstrap for n in cluster.brokers),
+            "group.id": "campaign-reader", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 200, "topic.metadata.refresh.interval.ms": 1000})
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        self._consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING)
+                               for p in range(PARTITIONS)])
+        while not self._stop.is_set():
+            for msg in self._consumer.consume(500, 0.2):
+                if msg.error() is not None:
+                    self.errors.append(str(msg.error()))  # transient during faults
+                else:
+                    partition, offset, value = msg.partition(), msg.offset(), msg.value()
+                    assert partition is not None and offset is not None and value is not None
+                    self.observed[partition].append((offset, value))
+        self._consumer.close()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the reader did not stop"
+
+
 def _all_in_sync(cluster: Cluster) -> bool:
-    node = next(n for n in cluster.brokers if n.alive)
-    state = partition_state(node, TOPIC)
-    return all(leader >= 0 and len(isr) == 3 for leader, _, isr in state.values())
+    """Every live broker sees every partition led and fully in sync (a healed broker may still
+    show what it saw before its cut)."""
+    for node in cluster.brokers:
+        if not node.alive:
+            continue
+        state = partition_state(node, TOPIC)
+        if len(state) != PARTITIONS or not all(leader >= 0 and len(isr) == 3
+                                               for leader, _, isr in state.values()):
+            return False
+    return True
 
 
 def _target(cluster: Cluster, rng: random.Random, fault: str) -> Node:
-    node = next(n for n in cluster.brokers if n.alive)
-    if fault.endswith("controller"):
+    role = fault.split()[1]
+    if role == "controller":
         return cluster.nodes[cluster.wait_for_leader(list(cluster.nodes.values()))]
+    node = next(n for n in cluster.brokers if n.alive)
     state = partition_state(node, TOPIC)
     leader, replicas, _ = state[rng.randrange(PARTITIONS)]
-    if fault.endswith("leader"):
-        return cluster.nodes[leader]
+    if role == "leader":  # none while it recovers (FAULT_OVERLAP): any replica
+        return cluster.nodes[leader if leader >= 0 else rng.choice(replicas)]
     return cluster.nodes[rng.choice([r for r in replicas if r != leader])]
 
 
-def _inject(node: Node, fault: str, rng: random.Random) -> None:
+def _inject(cluster: Cluster, node: Node, fault: str, rng: random.Random) -> str:
+    """Make the fault, hold it, recover; how it was made, for the history."""
     outage_s = rng.uniform(0.5, 4.0)
-    if fault.startswith("kill"):
+    verb = fault.split()[0]
+    if verb == "kill":
         node.kill()
         time.sleep(outage_s)
         node.start()
         node.wait_ready()
-    else:
+        return f"{outage_s:.1f}s"
+    if verb == "pause":
         node.pause()
         time.sleep(outage_s)
         node.resume()
+        return f"{outage_s:.1f}s"
+    mode = rng.choice(CUT_MODES)
+    outage_s += 1.5  # about half the cuts outlast broker.session.timeout.ms (3 s)
+    others = [n for n in cluster.nodes if n != node.node_id]
+    how = f"{mode} {outage_s:.1f}s"
+    if fault.startswith("bridge"):
+        controller = cluster.wait_for_leader(list(cluster.nodes.values()))
+        away = controller if controller != node.node_id else rng.choice(others)
+        cluster.partition([node.node_id], [away], mode=mode)
+        how = f"from {away}, {how}"
+    elif fault.endswith("inbound"):
+        cluster.cut([(other, node.node_id) for other in others], mode)
+    elif fault.endswith("outbound"):
+        cluster.cut([(node.node_id, other) for other in others], mode)
+    else:
+        cluster.isolate(node.node_id, mode=mode)
+    time.sleep(outage_s)
+    cluster.heal()
+    return how
 
 
-@pytest.mark.parametrize("seed", _seeds())
-def test_no_acknowledged_write_is_lost_through_kills_and_pauses(cluster_factory: Any,
-                                                                seed: int) -> None:
+def run_campaign(cluster: Cluster, seed: int, rounds: int, overlap: bool = False) -> None:
     rng = random.Random(seed)
-    replay = f"replay: FAULT_SEEDS={seed} FAULT_ROUNDS={ROUNDS} pytest {__file__}"
-    cluster: Cluster = cluster_factory(combined=3, extra={
-        **REPLICATION, "replica.socket.timeout.ms": "3000"})
+    replay = (f"replay: FAULT_SEEDS={seed} FAULT_ROUNDS={rounds} FAULT_OVERLAP={int(overlap)} "
+              f"pytest {__file__}")
     n1 = cluster.brokers[0]
     create_replicated_topic(n1, TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
     producer = SequencedProducer(n1, TOPIC)
     writer = ContinuousWriter(producer)
+    reader = ContinuousReader(cluster)
     writer.start()
+    reader.start()
     history = []
-    for _ in range(ROUNDS):
+    first_kind = rng.randrange(2)
+    for round_ in range(rounds):
         time.sleep(rng.uniform(0.5, 2.0))
-        fault = rng.choice(FAULTS)
+        fault = rng.choice((PROCESS_FAULTS, NETWORK_FAULTS)[(first_kind + round_) % 2])
         node = _target(cluster, rng, fault)
-        history.append(f"{fault} {node.node_id}")
-        _inject(node, fault, rng)
-        wait_until(lambda: _all_in_sync(cluster), 60,
-                   f"every replica back in sync after {history} ({replay})")
+        how = _inject(cluster, node, fault, rng)
+        history.append(f"{fault} {node.node_id} ({how})")
+        if not overlap or round_ == rounds - 1:
+            wait_until(lambda: _all_in_sync(cluster), 60,
+                       f"every replica back in sync after {history} ({replay})")
     writer.stop()
+    reader.stop()
+    print(f"seed {seed}: {history}; {len(producer.acked)} acknowledged, "
+          f"{sum(map(len, reader.observed.values()))} read during the faults")
     assert producer.failed == [], (producer.failed[:5], history, replay)
     # Every broker is a bootstrap for one reader; they must agree on every offset.
     reads = [read_all(node, TOPIC, len(producer.acked)) for node in cluster.brokers]
-    problems = _check(producer.acked, reads)
-    assert problems == {"lost": 0, "duplicated": 0, "moved": 0, "inconsistent": 0}, (
-        problems, history, replay)
+    problems = {**check_history(producer.acked, reads),
+                **check_reads_during_faults(reader.observed, reads[0])}
+    assert problems == {"lost": 0, "duplicated": 0, "moved": 0, "inconsistent": 0,
+                        "skipped": 0, "nonmonotonic": 0, "phantom": 0}, (
+        problems, history, replay, reader.errors[:5])
 
 
-def _check(acked: dict[bytes, tuple[int, int]],
-           reads: list[dict[int, list[tuple[int, bytes]]]]) -> dict[str, int]:
-    """Jepsen-style counts over the acknowledged writes and what each reader saw."""
+@pytest.mark.parametrize("seed", _seeds())
+def test_no_acknowledged_write_is_lost_nor_read_skipped_through_kills_pauses_and_cuts(
+        cluster_factory: Any, seed: int) -> None:
+    cluster: Cluster = cluster_factory(combined=3, extra={
+        **REPLICATION, "replica.socket.timeout.ms": "3000"})
+    run_campaign(cluster, seed, ROUNDS, OVERLAP)
+
+
+def check_history(acked: dict[bytes, tuple[int, int]],
+                  reads: list[dict[int, list[tuple[int, bytes]]]]) -> dict[str, int]:
+    """Jepsen-style counts over the acknowledged writes and what each final reader saw."""
     problems = Counter({"lost": 0, "duplicated": 0, "moved": 0, "inconsistent": 0})
     by_offset: dict[tuple[int, int], set[bytes]] = {}
     for read in reads:
@@ -150,3 +255,91 @@ def _check(acked: dict[bytes, tuple[int, int]],
                 problems["moved"] += 1
     problems["inconsistent"] = sum(1 for values in by_offset.values() if len(values) > 1)
     return dict(problems)
+
+
+def check_reads_during_faults(observed: dict[int, list[tuple[int, bytes]]],
+                              final: dict[int, list[tuple[int, bytes]]]) -> dict[str, int]:
+    """What a consumer read while the faults went on must be, per partition, a gap-free prefix
+    of the final log, in order, at the same offsets. Counts the records of the final log it
+    passed over (skipped), reads at or below an offset it had already read (nonmonotonic) and
+    records it saw that the final log does not hold at that offset (phantom: a read of
+    something uncommitted)."""
+    problems = Counter({"skipped": 0, "nonmonotonic": 0, "phantom": 0})
+    for partition, records in observed.items():
+        log = dict(final.get(partition, []))
+        last = -1
+        for offset, value in records:
+            if log.get(offset) != value:
+                problems["phantom"] += 1
+            if offset <= last:
+                problems["nonmonotonic"] += 1
+                continue
+            problems["skipped"] += sum(1 for o in range(last + 1, offset) if o in log)
+            last = offset
+    return dict(problems)
+
+
+def test_checker_counts_skipped_nonmonotonic_and_phantom_reads() -> None:
+    final = {0: [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]}
+    assert check_reads_during_faults({0: [(0, b"a"), (1, b"b")]}, final) == {
+        "skipped": 0, "nonmonotonic": 0, "phantom": 0}
+    assert check_reads_during_faults({0: [(0, b"a"), (2, b"c"), (1, b"b")]}, final) == {
+        "skipped": 1, "nonmonotonic": 1, "phantom": 0}
+    assert check_reads_during_faults({0: [(1, b"b"), (2, b"x")]}, final) == {
+        "skipped": 1, "nonmonotonic": 0, "phantom": 1}
+    acked = {b"a": (0, 0), b"b": (0, 1), b"z": (0, 9)}
+    other = {0: [(0, b"a"), (1, b"c"), (2, b"b"), (3, b"c")]}
+    assert check_history(acked, [final, other]) == {
+        "lost": 2, "duplicated": 1, "moved": 1, "inconsistent": 3}
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        while data := self.request.recv(65536):
+            self.request.sendall(data)
+
+
+def _connect_as(proxy_port: int, client_id: str) -> tuple[socket.socket, bytes]:
+    """A connection whose first request names `client_id`, as our nodes open them."""
+    sock = socket.create_connection(("127.0.0.1", proxy_port), timeout=5)
+    first = encode_request(ApiKey.API_VERSIONS, 3, 1, client_id,
+                           api_versions_request(NODE_SOFTWARE_NAME))
+    sock.sendall(first)
+    return sock, first
+
+
+def test_a_cut_link_drops_or_stalls_only_the_connections_its_source_opened() -> None:
+    """The proxy in front of an inter-broker listener tells connections apart by the node their
+    client id names: cutting 1 -> 3 stops broker 1's fetcher and leaves broker 2's."""
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    network = Network()
+    try:
+        proxy = network.proxy(server.server_address[1], dst=3)
+        from_1, first_1 = _connect_as(proxy.port, "kafka-ext-replica-fetcher-1")
+        from_2, first_2 = _connect_as(proxy.port, "kafka-ext-broker-2")
+        assert recv_exact(from_1, len(first_1)) == first_1
+        assert recv_exact(from_2, len(first_2)) == first_2
+        network.set_links([(1, 3)], "stall")  # held, not lost: delivered once healed
+        from_1.sendall(b"late")
+        from_2.sendall(b"now")
+        assert recv_exact(from_2, 3) == b"now"
+        from_1.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            from_1.recv(4)
+        network.set_links([(1, 3)], None)
+        from_1.settimeout(5)
+        assert recv_exact(from_1, 4) == b"late"
+        network.set_links([(1, 3)], "drop")  # closed, and new ones refused
+        assert from_1.recv(4) == b""
+        again, _ = _connect_as(proxy.port, "kafka-ext-replica-fetcher-1")
+        assert again.recv(4) == b""
+        from_2.sendall(b"still")
+        assert recv_exact(from_2, 5) == b"still"
+        assert network.cut_links() == {(1, 3): "drop"} and network.unidentified == []
+        for sock in (from_1, from_2, again):
+            sock.close()
+    finally:
+        network.close()
+        server.shutdown()
+        server.server_close()
