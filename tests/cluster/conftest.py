@@ -350,8 +350,9 @@ class Cluster:
 
     def __init__(self, root: Path, *, combined: int = 0, controllers: int = 0,
                  brokers: int = 0, extra: dict[str, str] | None = None,
-                 racks: dict[int, str] | None = None) -> None:
-        """`racks`: broker.rack per node id."""
+                 racks: dict[int, str] | None = None,
+                 node_extra: dict[int, dict[str, str]] | None = None) -> None:
+        """`racks`: broker.rack per node id; `node_extra`: more configs of single nodes."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.nodes: dict[int, Node] = {}
@@ -374,7 +375,8 @@ class Cluster:
                 f"{self.nodes[j].controller_port if i == j else self.quorum_proxies[(i, j)].port}"
                 for j in self.voter_ids)
             rack = {"broker.rack": racks[i]} if racks and i in racks else {}
-            node.write_config(voters, {**(extra or {}), **rack})
+            node.write_config(voters, {**(extra or {}), **rack,
+                                       **(node_extra or {}).get(i, {})})
             node.format()
 
     def start(self) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 
 from confluent_kafka import ElectionType, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from kafka import TopicPartitionReplica
+from kafka.admin import KafkaAdminClient
 
 from tests.cluster.conftest import Cluster, Node
 from tests.cluster.test_cluster import wait_until
@@ -54,9 +56,12 @@ def broker_config(node: Node, broker_id: int, name: str) -> str | None:
 def test_reassignment_with_throttle_cancel_and_leader_elections(
         cluster_factory: Any, tmp_path: Path) -> None:
     # Small follower fetches: a throttled copy takes several of them, as a large one would.
+    # Node 1 has a second log dir, for the JBOD part at the end.
     cluster: Cluster = cluster_factory(combined=3, extra={
         **REPLICATION, "auto.leader.rebalance.enable": "false",
-        "replica.fetch.max.bytes": str(FETCH_BYTES)})
+        "replica.fetch.max.bytes": str(FETCH_BYTES)}, node_extra={1: {
+            "log.dirs": f"{tmp_path / 'node1'},{tmp_path / 'node1-second'}",
+            "log.dir.failure.check.interval.ms": "200"}})
     n1, n2, n3 = cluster.brokers
     admin = AdminClient({"bootstrap.servers": n1.bootstrap})
     admin.create_topics([NewTopic("moving", 2, replica_assignment=[[1], [2]])],
@@ -168,3 +173,37 @@ def test_reassignment_with_throttle_cancel_and_leader_elections(
             len(isr) != 2 for _, _, isr in partition_state(n3, "moving").values()):
         time.sleep(0.2)
     check_history(producer.acked, read_all(n2, "moving", len(producer.acked)))
+
+    check_failed_dir_moves_leadership(cluster, tmp_path)
+
+
+def check_failed_dir_moves_leadership(cluster: Cluster, tmp_path: Path) -> None:
+    """KIP-858 across brokers: node 1 places its replica in its second dir and tells the
+    controller (AssignReplicasToDirs, after an AlterReplicaLogDirs move); when that dir fails,
+    the controller moves the leadership to the replica on node 2, and writes go on."""
+    n1, n2, _ = cluster.brokers
+    second = tmp_path / "node1-second"
+    admin = AdminClient({"bootstrap.servers": n2.bootstrap})
+    admin.create_topics([NewTopic("disk", 1, replica_assignment=[[1, 2]])],
+                        operation_timeout=30)["disk"].result(30)
+    wait_until(lambda: partition_state(n2, "disk")[0][2] == [1, 2], 20, "both in sync")
+    mover = KafkaAdminClient(bootstrap_servers=n1.bootstrap)
+    try:
+        mover.alter_replica_log_dirs({TopicPartitionReplica("disk", 0, 1): str(second)})
+    finally:
+        mover.close()
+    wait_until(lambda: (second / "disk-0").is_dir(), 30, "the replica moved to the second dir")
+    producer = SequencedProducer(n2, "disk")
+    producer.send(100)
+    producer.flush()
+    # Whether the assignment reaches the controller before or after the failure report, the
+    # controller moves the leadership (both paths end in offline_dir_records).
+    second.rename(second.with_name("node1-second.failed"))  # the disk is gone
+    second.write_text("this log dir has failed\n")
+    wait_until(lambda: partition_state(n2, "disk")[0][0] == 2, 30,
+               "leadership moved off the failed dir")
+    assert partition_state(n2, "disk")[0][2] == [2]
+    producer.send(100)
+    producer.flush()
+    assert producer.failed == []
+    check_history(producer.acked, read_all(n2, "disk", len(producer.acked)))

@@ -169,8 +169,10 @@ def test_retention_deletes_old_segments_and_moves_earliest_offset(broker_factory
     broker = broker_factory({"log.retention.check.interval.ms": "200",
                              "log.segment.delete.delay.ms": "0"})
     topic = new_topic_name("retention")
+    # Retention starts only once the segments are listed: on a busy machine it would
+    # otherwise delete some while the records are still being produced.
     create_topic(broker.bootstrap, topic, partitions=1,
-                  config={"retention.ms": "2000", "segment.bytes": "16384"})
+                  config={"retention.ms": "-1", "segment.bytes": "16384"})
     now_ms = int(time.time() * 1000)
     # Old records (an hour ago) fill several segments; fresh ones (a minute ahead, inside
     # message.timestamp.after.max.ms) follow and must stay.
@@ -188,6 +190,13 @@ def test_retention_deletes_old_segments_and_moves_earliest_offset(broker_factory
     # one has a fresh record, so its largest timestamp is fresh and it stays.
     expected_low = max(b for b in bases if b <= 600)
     assert expected_low > 0
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = confluent_kafka.admin.ConfigResource(
+        confluent_kafka.admin.ResourceType.TOPIC, topic, incremental_configs=[
+            confluent_kafka.admin.ConfigEntry(
+                "retention.ms", "2000",
+                incremental_operation=confluent_kafka.admin.AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
 
     def earliest() -> bool:
         return watermarks_confluent(broker.bootstrap, topic, 0)[0] == expected_low
