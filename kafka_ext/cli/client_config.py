@@ -7,8 +7,10 @@ through unchanged except the Java-only ones translated or dropped here.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from kafka_ext.server.config import parse_properties
 
@@ -66,3 +68,23 @@ def client_config(bootstrap_server: str, config_file: str | None,
     out = to_librdkafka(props)
     out["bootstrap.servers"] = bootstrap_server
     return out
+
+
+def our_client_overrides(config_file: str | None, properties: list[str], flag: str,
+                         known: Any) -> dict[str, Any]:
+    """Keyword arguments of our client from Kafka's client properties (a properties file, then
+    --*-property pairs); unknown keys are warned about as Kafka's tools do."""
+    from kafka_ext.client.config import client_kwargs
+
+    props: dict[str, str] = {}
+    if config_file is not None:
+        props.update(read_properties_file(config_file))
+    props.update(parse_key_values(properties, flag))
+    try:
+        overrides, unknown = client_kwargs(props, known)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for key in unknown:
+        print(f"WARN The configuration '{key}' was supplied but isn't a known config.",
+              file=sys.stderr)
+    return overrides

@@ -1,40 +1,39 @@
 """`kafka-ext console-consumer`: kafka-console-consumer.sh, records printed one per line.
 
-Without --group the consumer assigns partitions itself (all partitions from metadata, or the one
-given with --partition) and starts at the beginning or end, so no group coordinator is needed;
-with --group it subscribes. Output follows Kafka's DefaultMessageFormatter; the count goes to
-stderr as "Processed a total of N messages".
+Without --group the consumer assigns partitions itself (all readable partitions from metadata,
+or the one given with --partition) and starts at the beginning or end, so no group coordinator
+is needed; with --group it subscribes. Output follows Kafka's DefaultMessageFormatter; the count
+goes to stderr as "Processed a total of N messages".
+
+Records come through our own client (`kafka_ext.client.Consumer`): with --group, partitions
+added to the topic are read in KIP-253's order (a new partition waits until the records before
+the expansion are read from the older ones), and partitions in mode None (partition
+reduction) are skipped.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import signal
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
-
-from kafka_ext.cli.client_config import UsageError, client_config, parse_key_values
+from kafka_ext.cli.client_config import UsageError, our_client_overrides, parse_key_values
+from kafka_ext.client.config import CONSUMER_PROPERTIES
+from kafka_ext.client.consumer import Consumer
+from kafka_ext.client.fetcher import ConsumerRecord
+from kafka_ext.client.metadata import TopicPartition
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.record_batch import TimestampType
 
 POLL_S = 0.1
-METADATA_TIMEOUT_S = 5.0
 METADATA_RETRY_S = 0.2
+START_EARLIEST = "earliest"
+START_LATEST = "latest"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,31 +72,26 @@ class MessageFormatter:
             null_literal=props.get("null.literal", "null").encode(),
         )
 
-    def format(self, message: Message) -> bytes:
+    def format(self, record: ConsumerRecord) -> bytes:
         """One record as bytes, columns joined by key.separator and ended by line.separator."""
         columns: list[bytes] = []
         if self.print_timestamp:
-            kind, ts = message.timestamp()
-            if kind == TIMESTAMP_CREATE_TIME:
-                columns.append(b"CreateTime:%d" % ts)
-            elif kind == TIMESTAMP_LOG_APPEND_TIME:
-                columns.append(b"LogAppendTime:%d" % ts)
+            if record.timestamp_type == TimestampType.LOG_APPEND_TIME:
+                columns.append(b"LogAppendTime:%d" % record.timestamp)
             else:
-                columns.append(b"NO_TIMESTAMP")
+                columns.append(b"CreateTime:%d" % record.timestamp)
         if self.print_partition:
-            columns.append(b"Partition:%d" % (message.partition() or 0))
+            columns.append(b"Partition:%d" % record.partition)
         if self.print_offset:
-            columns.append(b"Offset:%d" % (message.offset() or 0))
+            columns.append(b"Offset:%d" % record.offset)
         if self.print_headers:
-            headers = message.headers()
-            pairs = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
             columns.append(self.headers_separator.join(
                 name.encode() + self.headers_key_separator + self._bytes(value)
-                for name, value in pairs) if pairs else b"NO_HEADERS")
+                for name, value in record.headers) if record.headers else b"NO_HEADERS")
         if self.print_key:
-            columns.append(self._bytes(message.key()))
+            columns.append(self._bytes(record.key))
         if self.print_value:
-            columns.append(self._bytes(message.value()))
+            columns.append(self._bytes(record.value))
         return self.key_separator.join(columns) + self.line_separator
 
     def _bytes(self, data: bytes | str | None) -> bytes:
@@ -135,15 +129,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(run=run)
 
 
-def _start_offset(args: argparse.Namespace) -> int:
-    """librdkafka start position for directly assigned partitions."""
+def _start_offset(args: argparse.Namespace) -> int | str:
+    """Where directly assigned partitions start: earliest, latest, or an offset."""
     if args.offset is None:
-        return OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+        return START_EARLIEST if args.from_beginning else START_LATEST
     text = args.offset.strip().lower()
-    if text == "earliest":
-        return OFFSET_BEGINNING
-    if text == "latest":
-        return OFFSET_END
+    if text in (START_EARLIEST, START_LATEST):
+        return text
     if text.isdigit():
         return int(text)
     raise UsageError(f"--offset must be earliest, latest or a non-negative number, got {args.offset!r}")
@@ -160,41 +152,34 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError("--max-messages must not be negative")
 
 
-def _consumer_config(args: argparse.Namespace) -> dict[str, str]:
-    config = {
-        "client.id": "console-consumer",
-        "isolation.level": args.isolation_level,
-        "enable.partition.eof": "false",
+def _consumer_config(args: argparse.Namespace) -> dict[str, Any]:
+    """Consumer arguments from the flags, then the properties file, then --consumer-property.
+    A `group.id` property names the group of --group; without --group there is no group."""
+    config: dict[str, Any] = {
+        "client_id": "console-consumer",
+        "isolation_level": args.isolation_level,
+        "auto_offset_reset": "earliest" if args.from_beginning else "latest",
     }
+    config.update(our_client_overrides(args.consumer_config, args.consumer_property,
+                                       "--consumer-property", CONSUMER_PROPERTIES))
     if args.group is None:
-        # confluent-kafka insists on a group id even for assign(); it is never used to commit.
-        config.update({
-            "group.id": f"console-consumer-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": "false",
-            "enable.auto.offset.store": "false",
-        })
+        config.pop("group_id", None)
     else:
-        config.update({
-            "group.id": args.group,
-            "auto.offset.reset": "earliest" if args.from_beginning else "latest",
-        })
-    config.update(client_config(args.bootstrap_server, args.consumer_config,
-                                args.consumer_property, "--consumer-property"))
+        config.setdefault("group_id", args.group)
+    config["bootstrap_servers"] = args.bootstrap_server
     return config
 
 
-def _partitions(consumer: Consumer, topic: str, deadline: float | None) -> list[int]:
-    """Partition ids of `topic`, waiting for it to exist until `deadline` (None: forever)."""
+async def _partitions(consumer: Consumer, topic: str, deadline: float | None) -> list[int]:
+    """Readable partition ids of `topic`, waiting for it to exist until `deadline` (None:
+    forever)."""
     while True:
-        metadata = consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
-        info = metadata.topics.get(topic)
-        if info is not None and info.error is None and info.partitions:
-            return sorted(info.partitions)
+        meta = await consumer.topic_metadata(topic)
+        if meta is not None and meta.readable_partitions:
+            return meta.readable_partitions
         if deadline is not None and time.monotonic() >= deadline:
-            raise KafkaException(info.error if info is not None and info.error is not None
-                                 else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART,
-                                                 f"topic {topic} not found"))
-        time.sleep(METADATA_RETRY_S)  # the topic may be created any moment; ask again
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic} not found")
+        await asyncio.sleep(METADATA_RETRY_S)  # the topic may be created any moment; ask again
 
 
 def run(args: argparse.Namespace) -> int:
@@ -202,60 +187,75 @@ def run(args: argparse.Namespace) -> int:
     _check_args(args)
     formatter = MessageFormatter.from_properties(parse_key_values(args.property, "--property"))
     start = _start_offset(args)
-    consumer = Consumer(_consumer_config(args))
+    config = _consumer_config(args)
+    return asyncio.run(_run(args, formatter, start, config))
+
+
+async def _run(args: argparse.Namespace, formatter: MessageFormatter, start: int | str,
+               config: dict[str, Any]) -> int:
     timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
     stopping = False
 
-    def stop(signum: int, frame: FrameType | None) -> None:
+    def stop() -> None:
         nonlocal stopping
         stopping = True
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop)
     count = 0
     code = 0
+    consumer: Consumer | None = None
     try:
-        if args.group is not None:
+        consumer = Consumer(**config)
+        await consumer.start()
+        if "group_id" in config:
             consumer.subscribe([args.topic])
         else:
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
             ids = ([args.partition] if args.partition is not None
-                   else _partitions(consumer, args.topic, deadline))
-            consumer.assign([TopicPartition(args.topic, p, start) for p in ids])
-        count = _consume(consumer, formatter, sys.stdout.buffer, args.max_messages, timeout_s,
-                         lambda: stopping)
-    except KeyboardInterrupt:
-        pass
-    except KafkaException as exc:
-        print(f"ERROR Error processing message, terminating consumer process: {exc.args[0]}",
+                   else await _partitions(consumer, args.topic, deadline))
+            partitions = [TopicPartition(args.topic, p) for p in ids]
+            consumer.assign(partitions)
+            for tp in partitions:
+                if start == START_EARLIEST:
+                    consumer.seek_to_beginning(tp)
+                elif start == START_LATEST:
+                    consumer.seek_to_end(tp)
+                else:
+                    assert isinstance(start, int)
+                    consumer.seek(tp, start)
+        count = await _consume(consumer, formatter, sys.stdout.buffer, args.max_messages,
+                               timeout_s, lambda: stopping)
+    except (KafkaError, ValueError) as exc:
+        print(f"ERROR Error processing message, terminating consumer process: {exc}",
               file=sys.stderr)
         code = 1
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        consumer.close()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        if consumer is not None:
+            await consumer.close()
         print(f"Processed a total of {count} messages", file=sys.stderr)
     return code
 
 
-def _consume(consumer: Consumer, formatter: MessageFormatter, out: BinaryIO,
-             max_messages: int | None, timeout_s: float | None,
-             stopping: Callable[[], bool]) -> int:
+async def _consume(consumer: Consumer, formatter: MessageFormatter, out: BinaryIO,
+                   max_messages: int | None, timeout_s: float | None,
+                   stopping: Callable[[], bool]) -> int:
     """Poll and print; returns the number of records printed."""
     count = 0
     last_record = time.monotonic()
     while (max_messages is None or count < max_messages) and not stopping():
-        message = consumer.poll(POLL_S)
-        if message is None:
+        wanted = None if max_messages is None else max_messages - count
+        records = await consumer.poll(int(POLL_S * 1000), max_records=wanted)
+        if not records:
             if timeout_s is not None and time.monotonic() - last_record >= timeout_s:
                 break
             continue
-        error = message.error()
-        if error is not None:
-            if error.fatal():
-                raise KafkaException(error)
-            print(f"WARN {error.str()}", file=sys.stderr)  # transient: librdkafka retries
-            continue
-        out.write(formatter.format(message))
+        for record in records:
+            out.write(formatter.format(record))
         out.flush()
-        count += 1
+        count += len(records)
         last_record = time.monotonic()
     return count

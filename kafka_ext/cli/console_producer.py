@@ -2,21 +2,33 @@
 
 Lines are bytes: nothing is decoded, so any encoding round-trips. Reader properties follow
 Kafka's LineMessageReader (parse.key, key.separator, parse.headers, null.marker, ignore.error).
+Records go through our own client (`kafka_ext.client.Producer`), so each Produce names the
+topic's partition count (KIP-253) and partitions that take no writes are skipped (partition
+reduction); keyed records are partitioned with Kafka's murmur2, as Java's producer does.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
-from confluent_kafka import KafkaError, Message, Producer
-
-from kafka_ext.cli.client_config import UsageError, client_config, parse_key_values
+from kafka_ext.cli.client_config import (
+    UsageError,
+    our_client_overrides,
+    parse_key_values,
+)
+from kafka_ext.client.accumulator import RecordMetadata
+from kafka_ext.client.config import PRODUCER_PROPERTIES
+from kafka_ext.client.producer import Producer
+from kafka_ext.protocol.errors import KafkaError
 
 FLUSH_TIMEOUT_S = 60.0
-QUEUE_FULL_POLL_S = 0.1
+READ_CHUNK_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,59 +139,101 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(run=run)
 
 
-def _producer_config(args: argparse.Namespace) -> dict[str, str]:
-    config = {
+def _producer_config(args: argparse.Namespace) -> dict[str, Any]:
+    """Producer arguments from the flags, then the properties file, then --producer-property."""
+    config: dict[str, Any] = {
         "acks": "all" if args.request_required_acks in ("-1", "all") else args.request_required_acks,
-        "linger.ms": str(args.timeout),
-        "client.id": "console-producer",
+        "linger_ms": args.timeout,
+        "client_id": "console-producer",
     }
     if args.compression_codec is not None:
-        config["compression.type"] = args.compression_codec
+        config["compression"] = args.compression_codec
     if args.batch_size is not None:
-        config["batch.num.messages"] = str(args.batch_size)
-    config.update(client_config(args.bootstrap_server, args.producer_config,
-                                args.producer_property, "--producer-property"))
+        config["batch_max_records"] = args.batch_size
+    config.update(our_client_overrides(args.producer_config, args.producer_property,
+                                       "--producer-property", PRODUCER_PROPERTIES))
+    config["bootstrap_servers"] = args.bootstrap_server
     return config
 
 
-def _lines(stream: Iterable[bytes]) -> Iterable[bytes]:
-    """Lines without their terminator (\\n or \\r\\n), as BufferedReader.readLine gives them."""
-    for raw in stream:
-        if raw.endswith(b"\r\n"):
-            yield raw[:-2]
-        elif raw.endswith(b"\n"):
-            yield raw[:-1]
-        else:
-            yield raw
+def _strip_terminator(raw: bytes) -> bytes:
+    """A line without its terminator (\\n or \\r\\n), as BufferedReader.readLine gives it."""
+    if raw.endswith(b"\r\n"):
+        return raw[:-2]
+    if raw.endswith(b"\n"):
+        return raw[:-1]
+    return raw
+
+
+async def _read_lines(stream: BinaryIO) -> AsyncIterator[bytes]:
+    """Lines of `stream` read in chunks off the event loop, so the producer keeps sending
+    while stdin is quiet."""
+    loop = asyncio.get_running_loop()
+    read = getattr(stream, "read1", stream.read)
+    pending = b""
+    while True:
+        chunk = await loop.run_in_executor(None, read, READ_CHUNK_BYTES)
+        if not chunk:
+            break
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            yield _strip_terminator(line + b"\n")
+    if pending:
+        yield pending
 
 
 def run(args: argparse.Namespace) -> int:
     """Send every stdin line; 0 when all were acknowledged, 1 otherwise."""
     reader = LineReader.from_properties(parse_key_values(args.property, "--property"))
-    producer = Producer(_producer_config(args))
-    failures: list[str] = []
+    config = _producer_config(args)
+    try:
+        return asyncio.run(_send_lines(args, reader, config, sys.stdin.buffer))
+    except KeyboardInterrupt:
+        return 130
 
-    def on_delivery(error: KafkaError | None, message: Message) -> None:
+
+async def _send_lines(args: argparse.Namespace, reader: LineReader, config: dict[str, Any],
+                      stream: BinaryIO) -> int:
+    try:
+        producer = Producer(**config)
+    except ValueError as exc:
+        print(f"ERROR {exc}", file=sys.stderr)
+        return 1
+    failures: list[str] = []
+    waiting: set[asyncio.Future[RecordMetadata]] = set()
+
+    def on_delivery(record: LineRecord, future: asyncio.Future[RecordMetadata]) -> None:
+        waiting.discard(future)
+        error = future.exception()
         if error is not None:
-            key, value = message.key(), message.value()
-            failures.append(
-                f"Error when sending message to topic {message.topic()} with key: "
-                f"{'null' if key is None else len(key)} bytes, value: "
-                f"{'null' if value is None else len(value)} bytes with error: {error.str()}")
+            failures.append(_failure(args.topic, record, error))
 
     code = 0
     try:
-        for number, line in enumerate(_lines(sys.stdin.buffer), start=1):
+        number = 0
+        async for line in _read_lines(stream):
+            number += 1
             record = reader.parse(line, number)
-            _produce(producer, args.topic, record, on_delivery)
+            try:
+                future = await producer.enqueue(args.topic, record.value, key=record.key,
+                                                headers=list(record.headers))
+            except KafkaError as exc:
+                failures.append(_failure(args.topic, record, exc))
+                break
+            waiting.add(future)
+            future.add_done_callback(functools.partial(on_delivery, record))
             if args.sync:
-                producer.flush(FLUSH_TIMEOUT_S)
+                await asyncio.wait([future])
     except UsageError as exc:
         print(f"ERROR {exc}", file=sys.stderr)
         code = 1
-    except KeyboardInterrupt:
-        code = 130
-    remaining = producer.flush(FLUSH_TIMEOUT_S)
+    try:
+        await asyncio.wait_for(producer.flush(), FLUSH_TIMEOUT_S)
+    except TimeoutError:
+        pass
+    remaining = len(waiting)
+    await producer.close()
     for failure in failures:
         print(failure, file=sys.stderr)
     if remaining:
@@ -190,15 +244,8 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _produce(producer: Producer, topic: str, record: LineRecord,
-             on_delivery: Callable[[KafkaError | None, Message], None]) -> None:
-    """Enqueue one record, waiting for room when librdkafka's queue is full."""
-    while True:
-        try:
-            producer.produce(topic, value=record.value, key=record.key,
-                             headers=list(record.headers) or None, on_delivery=on_delivery)
-        except BufferError:
-            producer.poll(QUEUE_FULL_POLL_S)  # queue full: serve callbacks until there is room
-            continue
-        producer.poll(0)
-        return
+def _failure(topic: str, record: LineRecord, error: BaseException) -> str:
+    key, value = record.key, record.value
+    return (f"Error when sending message to topic {topic} with key: "
+            f"{'null' if key is None else len(key)} bytes, value: "
+            f"{'null' if value is None else len(value)} bytes with error: {error}")

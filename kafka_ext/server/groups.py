@@ -169,17 +169,21 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
                     protocol_name=result.protocol_name, assignment=result.assignment)
 
 
+POSITIONS_VERSION = 4  # the first Heartbeat version with tagged fields
+
+
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     """Heartbeat; v4+ may carry KIP-253 positions (our tagged Topics): a member reports its
-    positions and asks for other members' (docs/partition-count.md)."""
+    positions and asks for other members'; every v4+ answer names the partitions some member
+    waits on, so their owners report them (docs/partition-count.md)."""
     Response = _reg["HeartbeatResponse"].cls
     positions = None
-    if request.topics:
+    if ctx.api_version >= POSITIONS_VERSION:  # with or without Topics: it may be asked for some
+        listed = [(t.topic, p) for t in request.topics or () for p in t.partitions]
         positions = PositionExchange(
-            reported={(t.topic, p.partition): p.position
-                      for t in request.topics for p in t.partitions if p.position >= 0},
-            wanted=frozenset((t.topic, p.partition)
-                             for t in request.topics for p in t.partitions if p.need_position))
+            reported={(topic, p.partition): p.position for topic, p in listed
+                      if p.position >= 0},
+            wanted=frozenset((topic, p.partition) for topic, p in listed if p.need_position))
     try:
         error = await _coordinator(ctx).heartbeat(
             group_id=request.group_id, generation_id=request.generation_id,
