@@ -270,8 +270,9 @@ def _delete_partitions(args: argparse.Namespace, partitions: dict[str, list[int]
         modes = {p.status_code for p in topic.partitions}
         state = "deleted" if modes == {MODE_NONE} else (
             f"read-only for {args.delete_partitions_delay} ms, then deleted")
-        print(f"Partitions {topic.partitions[0].partition_index}-"
-              f"{topic.partitions[-1].partition_index} of {topic.name} are {state}.")
+        first, last = topic.partitions[0].partition_index, topic.partitions[-1].partition_index
+        which = f"Partition {first} of" if first == last else f"Partitions {first}-{last} of"
+        print(f"{which} {topic.name} {'is' if first == last else 'are'} {state}.")
 
 
 def _delete(admin: AdminClient, args: argparse.Namespace) -> None:
