@@ -200,9 +200,9 @@ def check_failed_dir_moves_leadership(cluster: Cluster, tmp_path: Path) -> None:
     # controller moves the leadership (both paths end in offline_dir_records).
     second.rename(second.with_name("node1-second.failed"))  # the disk is gone
     second.write_text("this log dir has failed\n")
-    wait_until(lambda: partition_state(n2, "disk")[0][0] == 2, 30,
-               "leadership moved off the failed dir")
-    assert partition_state(n2, "disk")[0][2] == [2]
+    wait_until(lambda: partition_state(n2, "disk")[0][0] == 2
+               and partition_state(n2, "disk")[0][2] == [2], 30,
+               "leadership and the ISR moved off the failed dir")
     producer.send(100)
     producer.flush()
     assert producer.failed == []

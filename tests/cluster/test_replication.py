@@ -30,6 +30,9 @@ def create_replicated_topic(node: Node, name: str, partitions: int, factor: int,
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
     admin.create_topics([NewTopic(name, partitions, factor, config=configs or {})],
                         operation_timeout=30)[name].result(30)
+    # librdkafka asks any broker it knows for metadata; one may learn the topic a moment later.
+    wait_until(lambda: sorted(partition_state(node, name)) == list(range(partitions)), 20,
+               f"{name} in the metadata")
 
 
 def partition_state(node: Node, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
