@@ -12,8 +12,11 @@ tests/cluster/conftest.py, with the short failover timeouts of the cluster tests
 "## Partition replication" section of bench/RESULTS.md (only that section, and only when every
 measurement ran).
 
-    python bench/bench_replication.py                  # everything, ~10 minutes
+    python bench/bench_replication.py                  # everything: 6 minutes on a quiet
+                                                       # machine, ~10 with reruns
     python bench/bench_replication.py --quick          # smaller sizes, 3 kills, ~2 minutes
+    python bench/bench_replication.py --only throughput cpu --no-write --replica-lag-ms 2000
+                                                       # the tests' ISR lag: followers drop out
     python bench/bench_replication.py --only cpu --no-write --profile-dir /tmp/prof
                                                        # brokers under cProfile
 
@@ -785,17 +788,18 @@ def _ms(seconds: float) -> str:
 
 
 READING = """
-**Reading the numbers** (written by hand from the run above and the investigations behind it;
-a rerun on this shared machine moves the throughputs by tens of percent, the ratios less):
+**Reading the numbers** (written by hand from the run above, on a quiet machine, and from the
+investigations behind it; earlier runs with other jobs on the cores gave RF 3 / RF 1 ratios of
+0.44-0.56 and follower costs of 1.3-2.0x the produce path):
 
-- *Throughput.* RF 3 costs the brokers about five times the CPU per GB of RF 1 (three appends,
-  two followers' fetches served, two fetch-and-append paths: table 2), and here three brokers,
-  the Python client and other jobs share two cores, so RF 3 runs until the machine is full
-  while RF 1 is bound by the client (about one core). The ratio is a CPU ratio on this box,
-  not a protocol limit. With the cluster tests' replica.lag.time.max.ms=2000 the followers
-  fell a few MB behind a full-speed producer and left the ISR in one or two of every three RF 3
-  runs (acks=all then waits for the leader alone), hence Kafka's 30 s here.
-- *Follower CPU: 1.6-1.7x the produce path, not at most 1x as the issue expects.* py-spy on a
+- *Throughput.* RF 3 costs the brokers four to five times the CPU per GB of RF 1 (three
+  appends, two followers' fetches served, two fetch-and-append paths: table 2). Three brokers
+  and the Python client share two cores: RF 1 is bound by the client (121% of a core), RF 3 by
+  the machine (brokers 5.0 s/GB x 0.23 GB/s + client 0.8 = two cores). The ratio is a CPU
+  ratio on this box, not a protocol limit. With the cluster tests' replica.lag.time.max.ms=2000
+  the followers fell a few MB behind a full-speed producer and left the ISR in one or two of
+  every three RF 3 runs (acks=all then waits for the leader alone), hence Kafka's 30 s here.
+- *Follower CPU: 1.6x the produce path, not at most 1x as the issue expects.* py-spy on a
   follower during an RF 3 run: about half of its busy main-thread time is asyncio's
   StreamReader (`feed_data`'s bytearray.extend ~42%, `readexactly`'s copy out ~12%), because
   `network/node_client.py` reads every Fetch answer with `readexactly`: two copies of each
@@ -803,36 +807,36 @@ a rerun on this shared machine moves the throughputs by tens of percent, the rat
   ~10% of the follower's CPU); the append itself (`pwrite`) is ~16%. The produce path reads
   frames straight into pooled buffers (`KafkaConnection` is a BufferedProtocol); doing the same
   for inter-broker answers should remove most of the gap. The leader with two followers costs
-  2.6x its produce path: about 0.55 CPU s per GB sent to a follower, mostly writing the segment
+  2.4x its produce path: about 0.57 CPU s per GB sent to a follower, mostly writing the segment
   mmap's pages to sockets, and a segment that grew is mapped anew for the next fetch (100-250k
   minor faults per GB on the leader, against under 11k with RF 1).
 - *Latency.* An acks=all record waits for a follower round trip: its parked fetch wakes, the
   answer goes out, the follower appends and fetches again, which moves the high watermark;
-  three processes on two cores make each hop a wake-up (p50 3.7 ms against 0.4 ms with RF 1).
+  three processes on two cores make each hop a wake-up (p50 3.8 ms against 0.5 ms with RF 1).
   One acknowledged value is sent before the clock: a follower whose first fetch for a new topic
-  reaches the leader before the leader's metadata has the topic is refused
-  (UNKNOWN_TOPIC_ID) and waits replica.fetch.backoff.ms (1 s); without that warm-up acks=all
-  stalled 0.4-0.9 s right after every topic creation (4 of 4 rounds, p99 215-715 ms).
-- *Failover* (5.1 s median here, all 20 kills of leaders that were not the active controller;
-  in two earlier runs, kills of a leader that was also the active controller took 5.5-7.2 s,
-  medians 6.1 and 6.5 s, a controller election on top). The
-  controller fences the killed broker once its session (3 s from its last heartbeat, so 2.5-3 s
-  after the kill) has expired, but `fence_expired_brokers` runs only every half session (1.5 s;
-  Kafka schedules the fence at the earliest session deadline, QuorumController.
-  rescheduleMaybeFenceStaleBrokers), and the change reaches the other brokers up to 0.5 s later
-  (below): a new leader shows after 3.7 s. The last 1.4 s is the producer finding it
-  (librdkafka's metadata refresh and retry backoff), the new leader and the remaining follower
-  learning the change, and that follower's first fetch from the new leader.
-- *Reassignment.* The throttle holds to the tenth of a second: the copy takes size / throttle
-  less the one second's worth the token bucket lets through at once, so short copies show a
-  little above the throttle. Unthrottled, 101 MB cross in a few hundred ms (130-740 MB/s over
-  the runs). The rest is fixed cost: an empty partition's move is done after 0.6-1.6 s (the new
-  replica and the leader learn of it up to 0.5 s apart; when the new replica's first fetch
-  beats the leader's metadata it is refused and waits 1 s, the 1.0 s first-byte times).
-- *Metadata reaches the other nodes up to half a second late* (behind the 0.5 s steps above).
-  The raft leader parks a fetch at its log end without asking whether the fetching node knows
-  the current high watermark (`raft/core.py`, `_handle_fetch_request`): the fetch that advances
-  it completes the other parked fetches, then parks itself, so nobody learns the new high
+  reaches the leader before the leader's metadata has the topic is refused (UNKNOWN_TOPIC_ID)
+  and waits replica.fetch.backoff.ms (1 s); without that warm-up acks=all stalled 0.4-0.9 s
+  right after every topic creation (4 of 4 rounds, p99 215-715 ms).
+- *Failover* (5.6 s median; 6.3 s in the 2 rounds where the killed leader was also the active
+  controller, a controller election on top). The controller fences the killed broker once its
+  session (3 s from its last heartbeat, so 2.5-3 s after the kill) has expired, but
+  `fence_expired_brokers` runs only every half session (1.5 s; Kafka schedules the fence at the
+  earliest session deadline, QuorumController.rescheduleMaybeFenceStaleBrokers): a survivor
+  names the new leader after 4.0 s. The other survivor names it 0.50 s later in 18 of 20
+  rounds (below). The last 1.1 s is the producer finding the new leader (librdkafka's metadata
+  refresh and retry backoff) and the remaining follower's first fetch from it.
+- *Reassignment.* The throttle holds to a few hundredths of a second: the copy takes size /
+  throttle less the one second's worth the token bucket lets through at once, so short copies
+  show a little above the throttle. Unthrottled, 101 MB crossed in 0.12 s (320-830 MB/s over
+  the runs). The rest is fixed cost: the move is done 0.2-0.7 s after the last byte (the
+  follower's ISR join and the controller's completion reaching the brokers), an empty
+  partition's after 0.7 s; the new replica can learn of its assignment 0.5 s late (the 0.51 s
+  first byte), and when its first fetch beats the leader's metadata it is refused and waits
+  replica.fetch.backoff.ms (first bytes at 1.0 s in earlier runs).
+- *Metadata reaches the other nodes half a second late* (the 0.5 s steps above). The raft
+  leader parks a fetch at its log end without asking whether the fetching node knows the
+  current high watermark (`raft/core.py`, `_handle_fetch_request`): the fetch that advances it
+  completes the other parked fetches, then parks itself, so nobody learns the new high
   watermark until the next append or fetch_max_wait_ms (500 ms). Measured: a topic config
   change was visible on the controller after 1-4 ms and on the two other nodes after a median
   505 ms (29 and 26 of 30 changes at 496 ms or more). A broker forwarding an admin request
