@@ -70,6 +70,11 @@ class BrokerHeartbeats:
         the new controller, so its replacement need not wait a session out.)"""
         return broker_id in self._heard and broker_id not in self.expired(image, now_ms)
 
+    def next_expiry_ms(self, image: MetadataImage, now_ms: float) -> float | None:
+        """When the first session of an unfenced broker runs out, if any broker is unfenced."""
+        return min((self._last_ms.setdefault(b.broker_id, now_ms) + self.session_timeout_ms
+                    for b in image.brokers.values() if not b.fenced), default=None)
+
     def expired(self, image: MetadataImage, now_ms: float) -> list[int]:
         """Unfenced brokers whose session timed out."""
         return [b.broker_id for b in image.brokers.values() if not b.fenced

@@ -867,6 +867,20 @@ class QuorumController:
                 await self._commit(fence_records(self.image, broker_id, self.unclean_allowed))
             return HeartbeatAnswer(caught_up, self.image.brokers[broker_id].fenced, False)
 
+    def seconds_until_a_session_expires(self) -> float:
+        """How long the fencing timer may sleep: until the earliest session deadline (as
+        Kafka's rescheduleMaybeFenceStaleBrokers), at most half a session while this node is
+        not the active controller or no broker is unfenced."""
+        longest = self.heartbeats.session_timeout_ms / 2000
+        if not self.raft.is_leader:
+            return longest
+        now_ms = time.monotonic() * 1000
+        deadline = self._heartbeat_clock().next_expiry_ms(self.image, now_ms)
+        if deadline is None:
+            return longest
+        # expired() wants the session strictly exceeded: wake just after the deadline.
+        return min(max((deadline + 1 - now_ms) / 1000, 0.001), longest)
+
     async def fence_expired_brokers(self) -> None:
         """Fence every broker whose session timed out (broker.session.timeout.ms); run by the
         active controller on a timer."""

@@ -4,10 +4,9 @@ Kafka's contract: responses on a connection go out in request order, yet a slow 
 long-polling fetch) must not stop the decoding of the next ones. Each frame gets a slot in a
 queue; handlers fill their slot whenever they finish and the head of the queue is flushed.
 
-Receiving is a BufferedProtocol: small frames are read into one scratch buffer and copied out
-once; a frame larger than the scratch buffer gets a bytearray of its own that the socket fills
-directly, so a 1 MiB produce is never copied on its way in. The frame size is checked against
-`socket.request.max.bytes` before that buffer is allocated.
+Receiving is a BufferedProtocol cutting frames with network/frames.py: a 1 MiB produce is read
+straight into a (pooled) buffer of its own and never copied on its way in, and a size prefix
+above `socket.request.max.bytes` closes the connection before anything is allocated.
 """
 
 from __future__ import annotations
@@ -19,7 +18,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kafka_ext.protocol.framing import SIZE, FrameTooLarge
+from kafka_ext.network.frames import FrameAssembler
+from kafka_ext.protocol.framing import FrameTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +28,6 @@ FrameHandler = Callable[["KafkaConnection", bytes | memoryview], Awaitable[list[
 
 # Stop reading from a client that has this many requests in flight (pipelining bound).
 MAX_IN_FLIGHT_REQUESTS = 256
-# Frames up to this size are gathered in the scratch buffer; larger ones get their own.
-SCRATCH_BYTES = 64 * 1024
-# Buffers of large frames are reused once their request is done: a fresh megabyte costs a page
-# fault per 4 KiB (expensive in a VM). Per connection, at most this many, each at most this big.
-POOLED_BUFFERS = 2
-POOLED_BUFFER_MAX_BYTES = 8 * 1024 * 1024
 
 
 class CloseConnection(Exception):
@@ -56,13 +50,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._handler = handler
         self._max_request_bytes = max_request_bytes
         self._on_close = on_close
-        self._scratch = bytearray(SCRATCH_BYTES)
-        self._scratch_view = memoryview(self._scratch)
-        self._scratch_filled = 0
-        self._large_frame: memoryview | None = None  # a frame bigger than the scratch buffer
-        self._large_buffer: bytearray | None = None  # what _large_frame views
-        self._large_filled = 0
-        self._free_buffers: list[bytearray] = []
+        self._frames = FrameAssembler(max_request_bytes, self._start)
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._transport: asyncio.Transport | None = None
@@ -102,70 +90,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._large_frame is not None:
-            return self._large_frame[self._large_filled:]
-        return self._scratch_view[self._scratch_filled:]
+        return self._frames.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
-        large = self._large_frame
-        if large is not None:
-            self._large_filled += nbytes
-            if self._large_filled == len(large):
-                self._start(large, self._large_buffer)
-                self._large_frame = self._large_buffer = None
-        else:
-            self._scratch_filled += nbytes
-            try:
-                self._frames_from_scratch()
-            except FrameTooLarge as exc:
-                log.warning("closing %s: %s", self.peer, exc.message)
-                self.close()
-                return
+        try:
+            self._frames.buffer_updated(nbytes)
+        except FrameTooLarge as exc:
+            log.warning("closing %s: %s", self.peer, exc.message)
+            self.close()
+            return
         self._update_reading()
-
-    def _frames_from_scratch(self) -> None:
-        """Start every whole frame in the scratch buffer; keep the partial tail at its front."""
-        view = self._scratch_view
-        end = self._scratch_filled
-        pos = 0
-        while end - pos >= 4:
-            (size,) = SIZE.unpack_from(view, pos)
-            if not 0 <= size <= self._max_request_bytes:
-                raise FrameTooLarge(size, self._max_request_bytes)
-            body = pos + 4
-            if end - body >= size:
-                self._start(bytes(view[body:body + size]))
-                pos = body + size
-                continue
-            if 4 + size > len(view):  # will never fit: read the rest straight into its own buffer
-                buffer = self._take_buffer(size)
-                frame = memoryview(buffer)[:size]
-                frame[:end - body] = view[body:end]
-                self._large_frame, self._large_buffer = frame, buffer
-                self._large_filled = end - body
-                pos = end
-            break
-        if pos:
-            view[:end - pos] = view[pos:end]
-            self._scratch_filled = end - pos
-
-    def _take_buffer(self, size: int) -> bytearray:
-        for i, buffer in enumerate(self._free_buffers):
-            if len(buffer) >= size:
-                return self._free_buffers.pop(i)
-        return bytearray(size)
-
-    def _give_back(self, buffer: bytearray) -> None:
-        if len(buffer) <= POOLED_BUFFER_MAX_BYTES:
-            if len(self._free_buffers) >= POOLED_BUFFERS:
-                self._free_buffers.sort(key=len)
-                self._free_buffers.pop(0)  # keep the largest: they serve every smaller frame
-            self._free_buffers.append(buffer)
 
     # -- requests ----------------------------------------------------------------------------
 
-    def _start(self, frame: bytes | memoryview, buffer: bytearray | None = None) -> None:
+    def _start(self, frame: bytes | memoryview, buffer: bytearray | None) -> None:
         slot = _Slot()
         self._slots.append(slot)
         task = asyncio.get_running_loop().create_task(self._run(slot, frame, buffer))
@@ -189,7 +128,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         finally:
             # Handlers keep nothing of a request once they have answered: the bytes are free.
             if buffer is not None:
-                self._give_back(buffer)
+                self._frames.give_back(buffer)
         slot.done = True
         self._flush()
 

@@ -13,83 +13,109 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from kafka_ext.client.probe import PROBE_VERSION, api_versions_request
+from kafka_ext.network.frames import FrameAssembler
 from kafka_ext.protocol.api_keys import NODE_SOFTWARE_NAME, ApiKey
 from kafka_ext.protocol.errors import DecodeError
-from kafka_ext.protocol.framing import SIZE, decode_response, encode_request, frame_size
+from kafka_ext.protocol.framing import SIZE, FrameTooLarge, decode_response, encode_request
 
 log = logging.getLogger(__name__)
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+# Pooled answer buffers up to this size: a follower's fetch answer is at most
+# replica.fetch.response.max.bytes (10 MiB by default) plus its framing.
+MAX_POOLED_RESPONSE_BYTES = 16 * 1024 * 1024
 CONNECT_TIMEOUT_S = 2.0
 
 
-class NodeConnection:
-    """One open connection to a peer; owned by the event loop."""
+class NodeConnection(asyncio.BufferedProtocol):
+    """One open connection to a peer; owned by the event loop.
 
-    def __init__(self, node_id: int, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, client_id: str) -> None:
+    Answers are cut with network/frames.py: a large Fetch answer is read straight into a pooled
+    buffer, and its records reach the follower's log as views of that buffer (see `leased`).
+    """
+
+    def __init__(self, node_id: int, client_id: str) -> None:
         self.node_id = node_id
-        self._reader = reader
-        self._writer = writer
         self._client_id = client_id
         self._correlation = itertools.count(1)
-        self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        # correlation id -> (api key, version, leased, future of the answer)
+        self._pending: dict[int, tuple[int, int, bool, asyncio.Future[Any]]] = {}
+        self._frames = FrameAssembler(MAX_RESPONSE_BYTES, self._answer,
+                                      pooled_buffer_max_bytes=MAX_POOLED_RESPONSE_BYTES)
+        self._transport: asyncio.Transport | None = None
+        self._error: BaseException = ConnectionError(f"connection to node {node_id} closed")
         self.closed = False
-        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
 
-    async def request(self, api_key: int, api_version: int, body: Any) -> Any:
-        """Send one request and wait for its answer; ConnectionError if the link fails."""
-        if self.closed:
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's: no subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            self._error = ConnectionError(f"connection to node {self.node_id} failed: {exc}")
+        self._fail()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            self._frames.buffer_updated(nbytes)
+        except (FrameTooLarge, DecodeError) as exc:
+            self._error = ConnectionError(f"connection to node {self.node_id} failed: {exc}")
+            self._fail()
+
+    def _answer(self, frame: bytes | memoryview, buffer: bytearray | None) -> None:
+        correlation_id = SIZE.unpack_from(frame, 0)[0]
+        pending = self._pending.get(correlation_id)
+        if pending is None:
+            raise DecodeError(f"answer to unknown request {correlation_id}")
+        api_key, api_version, leased, future = pending
+        _, body = decode_response(frame, api_key, api_version)
+        if not future.done():
+            future.set_result((body, buffer) if leased else body)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def request(self, api_key: int, api_version: int, body: Any,
+                      leased: bool = False) -> Any:
+        """Send one request and wait for its answer; ConnectionError if the link fails.
+        `leased`: answer (body, buffer) and let the caller hand the buffer back (`give_back`)."""
+        if self.closed or self._transport is None:
             raise ConnectionError(f"connection to node {self.node_id} is closed")
         correlation_id = next(self._correlation)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[correlation_id] = (api_key, api_version, future)
-        self._writer.write(encode_request(api_key, api_version, correlation_id, self._client_id,
-                                          body))
+        self._pending[correlation_id] = (api_key, api_version, leased, future)
+        self._transport.write(encode_request(api_key, api_version, correlation_id,
+                                             self._client_id, body))
         try:
             return await future
         finally:
             self._pending.pop(correlation_id, None)
 
-    async def _read_loop(self) -> None:
-        error: BaseException = ConnectionError(f"connection to node {self.node_id} closed")
-        try:
-            while True:
-                prefix = await self._reader.readexactly(SIZE.size)
-                size = frame_size(prefix, MAX_RESPONSE_BYTES)
-                assert size is not None
-                frame = await self._reader.readexactly(size)
-                correlation_id = SIZE.unpack_from(frame, 0)[0]
-                pending = self._pending.get(correlation_id)
-                if pending is None:
-                    raise DecodeError(f"answer to unknown request {correlation_id}")
-                api_key, api_version, future = pending
-                _, body = decode_response(frame, api_key, api_version)
-                if not future.done():
-                    future.set_result(body)
-        except (OSError, asyncio.IncompleteReadError, DecodeError) as exc:
-            error = ConnectionError(f"connection to node {self.node_id} failed: {exc}")
-        except asyncio.CancelledError:
-            pass
-        finally:
-            self._fail(error)
+    def give_back(self, buffer: bytearray | None) -> None:
+        """A leased answer's buffer, of which the caller keeps no view, is free for reuse."""
+        if buffer is not None and not self.closed:
+            self._frames.give_back(buffer)
 
-    def _fail(self, error: BaseException) -> None:
+    def _fail(self) -> None:
+        if self.closed:
+            return
         self.closed = True
-        for _, _, future in self._pending.values():
+        for _, _, _, future in self._pending.values():
             if not future.done():
-                future.set_exception(error)
+                future.set_exception(self._error)
         self._pending.clear()
-        self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
 
     async def close(self) -> None:
-        self._read_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._read_task
+        self._fail()
 
 
 class NodeChannels:
@@ -128,14 +154,29 @@ class NodeChannels:
         if not task.cancelled() and task.exception() is not None:
             log.debug("connecting to node %d failed: %s", node_id, task.exception())
 
+    @contextlib.asynccontextmanager
+    async def leased(self, node_id: int, api_key: int, api_version: int, body: Any,
+                     timeout_s: float) -> AsyncIterator[Any]:
+        """`request`, for an answer whose byte fields (Fetch records) the caller reads as views
+        of the received frame: inside the block the answer is valid; after it the frame's
+        buffer is reused for a later answer, so nothing of it may be kept."""
+        async with asyncio.timeout(timeout_s):
+            connection = await self._connection(node_id)
+            answer, buffer = await connection.request(api_key, api_version, body, leased=True)
+        try:
+            yield answer
+        finally:
+            connection.give_back(buffer)
+
     async def _connect(self, node_id: int) -> NodeConnection:
         endpoint = self._endpoint_of(node_id)
         if endpoint is None:
             raise ConnectionError(f"no known address for node {node_id}")
         host, port = endpoint
+        loop = asyncio.get_running_loop()
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
-            reader, writer = await asyncio.open_connection(host, port)
-        connection = NodeConnection(node_id, reader, writer, self._client_id)
+            _, connection = await loop.create_connection(
+                lambda: NodeConnection(node_id, self._client_id), host, port)
         try:
             answer = await asyncio.wait_for(connection.request(
                 ApiKey.API_VERSIONS, PROBE_VERSION, api_versions_request(NODE_SOFTWARE_NAME)),

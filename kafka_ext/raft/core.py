@@ -182,6 +182,9 @@ class RaftCore:
         self._begin_epoch_in_flight: dict[int, _InFlight] = {}
         self._end_epoch_in_flight: dict[int, _InFlight] = {}
         self._parked: list[_ParkedFetch] = []
+        # The high watermark the leader last sent each replica: a fetch from one that has not
+        # seen the current one is answered at once rather than parked (see _handle_fetch_request).
+        self._high_watermark_sent: dict[int, int] = {}
         self._leader_resigned = False
         self._last_leader_contact_ms = -1
         self._transitions = 0  # bumped by every role change; stale answers check it
@@ -260,6 +263,7 @@ class RaftCore:
         self._begin_epoch_in_flight = {}
         self._end_epoch_in_flight = {}
         self._parked = []
+        self._high_watermark_sent = {}
 
     def _set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
@@ -590,8 +594,14 @@ class RaftCore:
             if voter is not None and voter.matches(req.replica):
                 self._fetched_since_check.add(req.replica.id)
             self._update_replica(req.replica.id, req.fetch_offset, now_ms, req.replica)
+            # Park only a fetch that has nothing to learn. The fetch that advances the high
+            # watermark wakes the other parked fetches; its own sender would otherwise hear of
+            # the new value only at the next append or after max_wait_ms, and the metadata
+            # it serves would lag by that much (KAFKA-14145; KIP-1166 sends the follower's high
+            # watermark instead, which the leader here infers from what it last answered).
             if (self.role == Role.LEADER and req.fetch_offset >= self.log.log_end_offset
-                    and req.max_wait_ms > 0):
+                    and req.max_wait_ms > 0
+                    and self._high_watermark_sent.get(req.replica.id, -1) >= self.high_watermark):
                 self._parked.append(_ParkedFetch(source, req, now_ms + req.max_wait_ms))
                 return
         self._answer_fetch(source, req, diverging, snapshot_id)
@@ -638,6 +648,7 @@ class RaftCore:
         records = None
         if diverging is None and snapshot_id is None:
             records = self.log.read(req.fetch_offset, self.config.fetch_max_bytes) or None
+        self._high_watermark_sent[req.replica.id] = self.high_watermark
         self._send(source, FetchResponse(
             req.request_id, ErrorCode.NONE, self.epoch, self.leader_id, self.high_watermark,
             self.log.log_start_offset, records, diverging, snapshot_id))

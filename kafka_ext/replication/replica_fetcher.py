@@ -5,8 +5,8 @@ Each followed partition is handled by one fetcher per (leader, `num.replica.fetc
 A fetcher sends Fetch v16 with this broker's id and epoch (ReplicaState) for all its partitions
 at their log end offsets, with the epoch of their last batch (LastFetchedEpoch, KIP-320), and
 long-polls `replica.fetch.wait.max.ms` for `replica.fetch.min.bytes`. The answer's batches are
-appended as they are: they arrive as memoryviews of the response frame and go to the log without
-being decoded (the CRC is checked); the log rebuilds producer state, leader epochs and the
+appended as they are: they arrive as memoryviews of the response frame (read straight into a
+pooled buffer, network/frames.py) and go to the log without being decoded (the CRC is checked); the log rebuilds producer state, leader epochs and the
 transaction index from them. A DivergingEpoch in the answer truncates the diverged tail first.
 The follower's high watermark is the leader's, capped at its own end. A partition whose leader
 answers with an error waits `replica.fetch.backoff.ms` (the next metadata image usually tells
@@ -16,8 +16,10 @@ it more); connections run separately from other inter-broker traffic.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import zlib
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -74,18 +76,21 @@ class ReplicaFetcher:
                 except TimeoutError:
                     pass
                 continue
-            try:
-                response = await self.manager.fetch(self.leader_id, ready)
-            except (ConnectionError, TimeoutError, OSError, KafkaError) as exc:
-                log.debug("fetch from broker %d failed: %s", self.leader_id, exc)
-                self._delay(ready, self.manager.backoff_s)
-                continue
-            if response.error_code:
-                log.info("broker %d refused our fetch: %s", self.leader_id,
-                         ErrorCode(response.error_code).name)
-                self._delay(ready, self.manager.backoff_s)
-                continue
-            self.manager.process(self, ready, response)
+            # The answer's records are views of the received frame until this block ends.
+            async with contextlib.AsyncExitStack() as answer_scope:
+                try:
+                    response = await answer_scope.enter_async_context(
+                        self.manager.fetch(self.leader_id, ready))
+                except (ConnectionError, TimeoutError, OSError, KafkaError) as exc:
+                    log.debug("fetch from broker %d failed: %s", self.leader_id, exc)
+                    self._delay(ready, self.manager.backoff_s)
+                    continue
+                if response.error_code:
+                    log.info("broker %d refused our fetch: %s", self.leader_id,
+                             ErrorCode(response.error_code).name)
+                    self._delay(ready, self.manager.backoff_s)
+                    continue
+                self.manager.process(self, ready, response)
 
     def _delay(self, followed: dict[TopicPartition, _Followed], seconds: float) -> None:
         until = asyncio.get_running_loop().time() + seconds
@@ -186,7 +191,10 @@ class ReplicaFetcherManager:
 
     # -- one fetch ---------------------------------------------------------------------------
 
-    async def fetch(self, leader_id: int, followed: dict[TopicPartition, _Followed]) -> Any:
+    def fetch(self, leader_id: int,
+              followed: dict[TopicPartition, _Followed]) -> AbstractAsyncContextManager[Any]:
+        """The fetch of `followed` from their leader, as a block in which its answer is valid
+        (NodeChannels.leased: the records are never copied out of the received frame)."""
         by_topic: dict[Any, Any] = {}
         for f in followed.values():
             hosted, plog = f.hosted, f.hosted.log
@@ -207,9 +215,8 @@ class ReplicaFetcherManager:
             max_bytes=self.response_max_bytes, isolation_level=0, session_id=0,
             session_epoch=-1, topics=list(by_topic.values()), forgotten_topics_data=[],
             rack_id="")
-        return await self.channels.request(leader_id, ApiKey.FETCH, REPLICA_FETCH_VERSION,
-                                           request,
-                                           self.socket_timeout_s + self.max_wait_ms / 1000)
+        return self.channels.leased(leader_id, ApiKey.FETCH, REPLICA_FETCH_VERSION, request,
+                                    self.socket_timeout_s + self.max_wait_ms / 1000)
 
     def process(self, fetcher: ReplicaFetcher, followed: dict[TopicPartition, _Followed],
                 response: Any) -> None:

@@ -377,9 +377,7 @@ class Broker:
         leaderships back to preferred replicas."""
         loop = asyncio.get_running_loop()
         values = self.config.values
-        self._tasks.append(loop.create_task(self._every(
-            int(str(values["broker.session.timeout.ms"])) / 2000,
-            self.controller.fence_expired_brokers)))
+        self._tasks.append(loop.create_task(self._fence_expired_brokers_on_time()))
         self._tasks.append(loop.create_task(self._every(
             self.config.delete_topic_partition_interval_delay_ms / 1000,
             lambda: self.controller.advance_partition_deletions(int(time.time() * 1000)))))
@@ -534,6 +532,19 @@ class Broker:
             except Exception:
                 log.exception("background job %s failed; retrying in %.1f s",
                               getattr(job, "__name__", job), interval_s)
+
+    async def _fence_expired_brokers_on_time(self) -> None:
+        """The active controller fences a broker as soon as its session runs out: a dead
+        leader's partitions move within broker.session.timeout.ms, not up to half a session
+        later."""
+        controller = self.controller
+        while True:
+            await asyncio.sleep(controller.seconds_until_a_session_expires())
+            try:
+                await controller.fence_expired_brokers()
+            except Exception:
+                log.exception("fencing expired brokers failed; trying again in 1 s")
+                await asyncio.sleep(1)
 
     async def _flush_due_logs(self) -> None:
         """fsync logs whose flush.messages / flush.ms policy asks for it, off the loop."""

@@ -149,6 +149,25 @@ def test_high_watermark_waits_for_an_entry_of_the_leaders_own_epoch() -> None:
     assert leader.high_watermark == 4
 
 
+def test_the_fetch_that_advances_the_high_watermark_is_answered_at_once() -> None:
+    """A follower's fetch at the log end is parked only when the follower already knows the
+    high watermark; the fetch that moves it gets it back at once (not after max_wait_ms), and so
+    does any replica not yet told. Metadata on followers is not max_wait_ms late."""
+    leader = make_leader()  # the LeaderChange record at offset 0, epoch 1
+    leader.take_effects()
+    leader.handle(1000, 3, FetchRequest(1, 1, ReplicaKey(3), 1, 1, 50))
+    assert leader.high_watermark == 1  # leader and node 3: a majority
+    [answer] = sends(leader)
+    assert answer.destination == 3 and answer.message.high_watermark == 1
+    leader.handle(1001, 3, FetchRequest(2, 1, ReplicaKey(3), 1, 1, 50))
+    assert sends(leader) == []  # node 3 has nothing to learn: parked
+    leader.handle(1002, 2, FetchRequest(3, 1, ReplicaKey(2), 1, 1, 50))
+    [answer] = sends(leader)  # node 2 was never told high watermark 1
+    assert answer.destination == 2 and answer.message.high_watermark == 1
+    leader.handle(1003, 2, FetchRequest(4, 1, ReplicaKey(2), 1, 1, 50))
+    assert sends(leader) == []
+
+
 def test_leader_answers_a_diverging_follower_with_the_epoch_end() -> None:
     leader = make_leader(log_of(0, 0))  # LeaderChange of epoch 1 at offset 2
     leader.take_effects()

@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import contextlib
 import heapq
 import logging
 import math
@@ -49,7 +50,15 @@ import random
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Iterator
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterable,
+    Iterator,
+)
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -451,6 +460,17 @@ class SimChannels:
     async def request(self, node_id: int, api_key: int, api_version: int, body: Any,
                       timeout_s: float) -> Any:
         return await Outbound(node_id, body, timeout_s)
+
+    @contextlib.asynccontextmanager
+    async def leased(self, node_id: int, api_key: int, api_version: int, body: Any,
+                     timeout_s: float) -> AsyncIterator[Any]:
+        yield await Outbound(node_id, body, timeout_s)
+
+
+async def _answer_of(fetch: contextlib.AbstractAsyncContextManager[Any]) -> Any:
+    """The answer of ReplicaFetcherManager.fetch (its simulated answers own their bytes)."""
+    async with fetch as response:
+        return response
 
 
 class SimLifecycle(BrokerLifecycleManager):
@@ -1179,7 +1199,7 @@ class Simulation:
             del broker.fetching[key]
             fetcher._delay(ready, manager.backoff_s)
 
-        call = Call(manager.fetch(fetcher.leader_id, ready), answered, failed)
+        call = Call(_answer_of(manager.fetch(fetcher.leader_id, ready)), answered, failed)
         broker.fetching[key] = (fetcher, call)
         broker.calls.add(call)
         self._step(broker, call)
