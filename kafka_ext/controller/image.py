@@ -26,6 +26,35 @@ BROKER_RESOURCE = 4
 
 
 @dataclass(slots=True, frozen=True)
+class ChunkImage:
+    """An inactive chunk of a partition (ChunkRecord, seed 000): immutable offsets
+    [start_offset, end_offset] held by every one of its replicas, read up to stop_offset
+    (inclusive; the rest, open transactions when it was closed, is read from the next chunk).
+    It has no leader; any replica serves it."""
+
+    start_offset: int
+    start_timestamp: int
+    stop_offset: int
+    end_offset: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    directories: tuple[uuid.UUID, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+    chunk_epoch: int = 0  # bumped by each ChunkChangeRecord; AlterChunkAssignments checks it
+    partition_epoch: int = -1  # the partition's epoch when the chunk was closed
+
+    def holds(self, offset: int) -> bool:
+        """Whether a reader at `offset` reads it from this chunk."""
+        return self.start_offset <= offset <= self.stop_offset
+
+    @property
+    def readable_replicas(self) -> tuple[int, ...]:
+        """Replicas that hold the whole chunk (a replica being added is still copying)."""
+        return tuple(r for r in self.isr if r not in self.adding_replicas)
+
+
+@dataclass(slots=True, frozen=True)
 class PartitionImage:
     partition_id: int
     replicas: tuple[int, ...]
@@ -47,6 +76,11 @@ class PartitionImage:
     # was added, (partition, leader epoch) pairs; empty for a topic's first partitions.
     prior_leader_epochs: tuple[tuple[int, int], ...] = ()
     mode: int = READ_WRITE  # partition reduction: READ_ONLY / MODE_NONE while being removed
+    # Chunks (seed 000): where the active chunk (this record's replicas) starts, -1 before the
+    # first chunk was created; the inactive chunks before it, by start offset.
+    start_offset: int = -1
+    start_timestamp: int = -1
+    chunks: tuple[ChunkImage, ...] = ()
 
     @property
     def writable(self) -> bool:
@@ -62,6 +96,16 @@ class PartitionImage:
             if broker == replica:
                 return directory
         return UNASSIGNED_DIR
+
+    def chunk_at(self, offset: int) -> ChunkImage | None:
+        """The inactive chunk a reader at `offset` reads from; None: the active chunk's (or no
+        chunk's: below the first one, past the end)."""
+        if self.start_offset < 0 or offset >= self.start_offset:
+            return None
+        return next((c for c in self.chunks if c.holds(offset)), None)
+
+    def chunk_starting_at(self, start_offset: int) -> ChunkImage | None:
+        return next((c for c in self.chunks if c.start_offset == start_offset), None)
 
     @property
     def is_reassigning(self) -> bool:
@@ -283,7 +327,7 @@ def _apply_partition(delta: MetadataDelta, record: Any) -> None:
         tuple(record.adding_replicas or ()), tuple(record.removing_replicas or ()),
         tuple(record.directories or ()),
         tuple((e.partition, e.leader_epoch) for e in record.prior_leader_epochs or ()),
-        record.mode)
+        record.mode, record.start_offset, record.start_timestamp)
 
 
 def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:
@@ -305,7 +349,44 @@ def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:
     if record.leader != -2:  # -2: leader unchanged
         changes["leader"] = record.leader
         changes["leader_epoch"] = old.leader_epoch + 1
+    if record.start_offset != -1:  # a new active chunk (seed 000)
+        changes["start_offset"] = record.start_offset
+        changes["start_timestamp"] = record.start_timestamp
     partitions[record.partition_id] = replace(old, **changes)
+
+
+def _apply_chunk(delta: MetadataDelta, record: Any) -> None:
+    """A chunk closed (or, from a snapshot, restored): it joins the partition's chunks."""
+    partitions = delta.partitions_of(record.topic_id)
+    old = partitions[record.partition_id]
+    chunk = ChunkImage(
+        record.start_offset, record.start_timestamp, record.stop_offset, record.end_offset,
+        tuple(record.replicas), tuple(record.isr), tuple(record.directories or ()),
+        tuple(record.adding_replicas or ()), tuple(record.removing_replicas or ()),
+        record.chunk_epoch, record.epoch)
+    others = [c for c in old.chunks if c.start_offset != chunk.start_offset]
+    partitions[record.partition_id] = replace(old, chunks=tuple(sorted(
+        [*others, chunk], key=lambda c: c.start_offset)))
+
+
+def _apply_chunk_change(delta: MetadataDelta, record: Any) -> None:
+    """New replicas of an inactive chunk; a chunk left with none is gone."""
+    partitions = delta.partitions_of(record.topic_id)
+    old = partitions[record.partition_id]
+    chunk = old.chunk_starting_at(record.start_offset)
+    if chunk is None:
+        return
+    changes: dict[str, Any] = {"chunk_epoch": record.epoch}
+    for name in ("replicas", "isr", "directories", "adding_replicas", "removing_replicas"):
+        value = getattr(record, name)
+        if value is not None:
+            changes[name] = tuple(value)
+    changed = replace(chunk, **changes)
+    chunks = [c for c in old.chunks if c is not chunk]
+    if changed.replicas:
+        chunks.append(changed)
+    partitions[record.partition_id] = replace(old, chunks=tuple(sorted(
+        chunks, key=lambda c: c.start_offset)))
 
 
 def _apply_delete_topic_partitions(delta: MetadataDelta, record: Any) -> None:
@@ -429,6 +510,8 @@ _APPLIERS: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "TopicRecord": _apply_topic,
     "PartitionRecord": _apply_partition,
     "PartitionChangeRecord": _apply_partition_change,
+    "ChunkRecord": _apply_chunk,
+    "ChunkChangeRecord": _apply_chunk_change,
     "DeleteTopicPartitionsRecord": _apply_delete_topic_partitions,
     "RemoveTopicPartitionsRecord": _apply_remove_topic_partitions,
     "RemoveTopicRecord": _apply_remove_topic,

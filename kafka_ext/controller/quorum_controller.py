@@ -20,6 +20,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kafka_ext.controller.chunk_control import (
+    ChunkCreation,
+    alter_chunk_records,
+    create_chunk_records,
+)
 from kafka_ext.controller.client_quota_control import (
     QuotaAlteration,
     QuotaEntity,
@@ -628,6 +633,55 @@ class QuorumController:
                 for p, r in sorted(new.items())])
 
     # -- partition reduction (seed 002) -------------------------------------------------------
+
+    # -- chunks (seed 000, controller/chunk_control.py) ----------------------------------------
+
+    async def create_chunks(self, requests: list[ChunkCreation]) -> list[tuple[ErrorCode, str | None]]:
+        """Close the active chunk of each partition at the offsets its leader gave and open the
+        next one on the given brokers; one (error, message) per request, the valid ones
+        committed in one batch (each partition's two records together: all or none)."""
+        async with self._lock:
+            registered = set(self.image.brokers) or {self.node_id}
+            outcome: list[tuple[ErrorCode, str | None]] = []
+            records: list[Any] = []
+            for c in requests:
+                try:
+                    topic, part = self._reassignable(c.topic, c.partition)
+                    records += create_chunk_records(
+                        topic, part, c.brokers, registered, c.start_offset, c.start_timestamp,
+                        c.prev_stop_offset, c.prev_end_offset)
+                except KafkaError as exc:
+                    outcome.append((exc.code, exc.message or None))
+                    continue
+                log.info("new chunk of %s-%d at offset %d on brokers %s (the closed one reads "
+                         "to %d, holds to %d)", c.topic, c.partition, c.start_offset,
+                         list(c.brokers), c.prev_stop_offset, c.prev_end_offset)
+                outcome.append((ErrorCode.NONE, None))
+            if records:
+                await self._commit(records)
+            return outcome
+
+    async def alter_chunk_assignments(
+            self, changes: list[tuple[str, int, int, int, tuple[int, ...]]]
+    ) -> list[tuple[ErrorCode, str | None]]:
+        """Move each (topic, partition, chunk start, chunk epoch, brokers) chunk to new
+        replicas; one (error, message) per change, the valid ones committed in one batch."""
+        async with self._lock:
+            registered = set(self.image.brokers) or {self.node_id}
+            outcome: list[tuple[ErrorCode, str | None]] = []
+            records: list[Any] = []
+            for topic_name, partition, start, chunk_epoch, brokers in changes:
+                try:
+                    topic, part = self._reassignable(topic_name, partition)
+                    records += alter_chunk_records(topic, part, start, chunk_epoch, brokers,
+                                                   registered)
+                except KafkaError as exc:
+                    outcome.append((exc.code, exc.message or None))
+                    continue
+                outcome.append((ErrorCode.NONE, None))
+            if records:
+                await self._commit(records)
+            return outcome
 
     async def delete_partitions(self, topic_name: str, partitions: list[int], delay_ms: int,
                                 now_ms: int) -> int:

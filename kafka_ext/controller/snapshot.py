@@ -132,7 +132,16 @@ def _topic_records(image: MetadataImage) -> Iterator[Any]:
                        directories=list(p.directories),
                        prior_leader_epochs=[_PRIOR_EPOCH(partition=q, leader_epoch=e)
                                             for q, e in p.prior_leader_epochs],
-                       mode=p.mode)
+                       mode=p.mode, start_offset=p.start_offset,
+                       start_timestamp=p.start_timestamp)
+            for c in p.chunks:
+                yield _new("ChunkRecord", partition_id=partition_id, topic_id=topic.topic_id,
+                           start_offset=c.start_offset, start_timestamp=c.start_timestamp,
+                           stop_offset=c.stop_offset, end_offset=c.end_offset,
+                           chunk_epoch=c.chunk_epoch, replicas=list(c.replicas),
+                           directories=list(c.directories), isr=list(c.isr),
+                           removing_replicas=list(c.removing_replicas),
+                           adding_replicas=list(c.adding_replicas), epoch=c.partition_epoch)
         if topic.deletion is not None:
             yield _new("DeleteTopicPartitionsRecord", topic_id=topic.topic_id,
                        delete_partitions=topic.deletion.first_removed,

@@ -68,6 +68,12 @@ operations = st.one_of(
               st.none() | st.lists(st.integers(0, 3), unique=True, max_size=3),
               st.none() | st.lists(st.integers(0, 3), unique=True, max_size=3),
               st.integers(-2, 3)),
+    # Chunks (seed 000): a new active chunk closing the old one, a chunk's new replicas
+    # (none: the chunk is gone).
+    st.tuples(st.just("create_chunk"), st.integers(0, 10), st.integers(0, 10),
+              st.integers(0, 2**40), st.lists(st.integers(0, 3), unique=True, max_size=3)),
+    st.tuples(st.just("alter_chunk"), st.integers(0, 10), st.integers(0, 10), st.integers(0, 5),
+              st.lists(st.integers(0, 3), unique=True, max_size=3)),
     st.tuples(st.just("config"), st.sampled_from([TOPIC_RESOURCE, BROKER_RESOURCE, 8]),
               st.sampled_from(["", *TOPICS, "1", "2"]), config_names, st.none() | TEXT),
     st.tuples(st.just("quota"),
@@ -110,6 +116,31 @@ def _records_of(image: MetadataImage, op: tuple[Any, ...], topic_ids: Iterator[i
         return [_record("PartitionChangeRecord", topic_id=topic.topic_id,
                         partition_id=partition_id, isr=args[2], replicas=args[3],
                         leader=args[4])]
+    if kind in ("create_chunk", "alter_chunk"):
+        if not topics:
+            return []
+        topic = topics[args[0] % len(topics)]
+        partition_id = sorted(topic.partitions)[args[1] % len(topic.partitions)]
+        part = topic.partitions[partition_id]
+        if kind == "create_chunk":
+            start = max(part.start_offset, 0)
+            new_start = start + args[2]
+            return [_record("ChunkRecord", topic_id=topic.topic_id, partition_id=partition_id,
+                            start_offset=start, start_timestamp=start * 10,
+                            stop_offset=new_start - 1, end_offset=new_start + 1, chunk_epoch=0,
+                            replicas=list(part.replicas), directories=[], isr=list(part.isr),
+                            removing_replicas=[], adding_replicas=[],
+                            epoch=part.partition_epoch),
+                    _record("PartitionChangeRecord", topic_id=topic.topic_id,
+                            partition_id=partition_id, replicas=args[3], isr=args[3],
+                            leader=args[3][0] if args[3] else -1, start_offset=new_start,
+                            start_timestamp=new_start * 10)]
+        if not part.chunks:
+            return []
+        chunk = part.chunks[args[2] % len(part.chunks)]
+        return [_record("ChunkChangeRecord", topic_id=topic.topic_id, partition_id=partition_id,
+                        start_offset=chunk.start_offset, replicas=args[3],
+                        isr=args[3][:1], epoch=chunk.chunk_epoch + 1)]
     if kind == "config":
         rtype, rname, name, value = args
         return [_record("ConfigRecord", resource_type=rtype, resource_name=rname, name=name,
