@@ -71,6 +71,8 @@ class Partition:
     followers: dict[int, FollowerState] = field(default_factory=dict)
     # acks=all produces waiting for the high watermark: (offset needed, future).
     hw_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    # CreateChunks is closing the active chunk here: appends wait (server/chunks.py).
+    closing_chunk: bool = False
 
     @property
     def is_leader(self) -> bool:

@@ -218,6 +218,12 @@ class ReplicaFetcherManager:
         return self.channels.leased(leader_id, ApiKey.FETCH, REPLICA_FETCH_VERSION, request,
                                     self.socket_timeout_s + self.max_wait_ms / 1000)
 
+    def chunk_fetch(self, source: int, request: Any) -> AbstractAsyncContextManager[Any]:
+        """A fetch of chunk data from a broker that holds it (replication/chunk_filler.py), on
+        the fetchers' connections."""
+        return self.channels.leased(source, ApiKey.FETCH, REPLICA_FETCH_VERSION, request,
+                                    self.socket_timeout_s)
+
     def process(self, fetcher: ReplicaFetcher, followed: dict[TopicPartition, _Followed],
                 response: Any) -> None:
         by_id = {(f.hosted.topic_id, f.hosted.partition): (tp, f) for tp, f in followed.items()}

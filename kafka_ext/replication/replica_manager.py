@@ -29,6 +29,7 @@ from kafka_ext.protocol.records import (
     build_end_txn_marker,
     recompress_batch,
 )
+from kafka_ext.replication.chunk_filler import ChunkFiller
 from kafka_ext.replication.partition import Partition
 from kafka_ext.replication.replication_quota import (
     FOLLOWER_RATE,
@@ -83,6 +84,7 @@ class ReplicaManager:
         self.leader_throttled: frozenset[TopicPartition] = frozenset()
         self.follower_throttled: frozenset[TopicPartition] = frozenset()
         self.clock_ms: Callable[[], float] = lambda: time.monotonic() * 1000
+        self.chunk_filler = ChunkFiller(self)  # new active chunks copy their closed tail
 
     # -- metadata changes --------------------------------------------------------------------
 
@@ -95,6 +97,7 @@ class ReplicaManager:
         self._image = new
         self.leader_throttled = throttled_partitions(new, LEADER_REPLICAS, self.node_id)
         self.follower_throttled = throttled_partitions(new, FOLLOWER_REPLICAS, self.node_id)
+        self._apply_chunks(new)
         assigned: set[TopicPartition] = set()
         for topic in new.topics_by_name.values():
             for part in topic.partitions.values():
@@ -126,6 +129,67 @@ class ReplicaManager:
             self._notify_data(tp)  # fetches long-polling a deleted diskless topic see the error
         self.on_followed({tp: p for tp, p in self.partitions.items() if not p.is_leader})
 
+    def _apply_chunks(self, image: MetadataImage) -> None:
+        """Inactive chunks (seed 000): the log we kept as a replica of a chunk the image
+        has just closed becomes that chunk's replica, sealed in place (no data moves); chunk
+        replicas no longer ours (the topic deleted, the chunk moved or gone) are removed."""
+        wanted: set[tuple[str, int, int]] = set()
+        for topic in image.topics_by_name.values():
+            for part in topic.partitions.values():
+                for chunk in part.chunks:
+                    if self.node_id not in chunk.replicas:
+                        continue
+                    key = (topic.name, part.partition_id, chunk.start_offset)
+                    wanted.add(key)
+                    if self.log_manager.get_chunk_log(*key) is None:
+                        self._stop_as_chunk(topic, part, chunk.start_offset)
+        for key in [k for k in self.log_manager.chunk_logs() if k not in wanted]:
+            log.info("removing chunk %s-%d@%d: no longer a replica of it here", *key)
+            self.remove_dir(self.log_manager.detach_chunk_log(*key))
+
+    def _stop_as_chunk(self, topic: TopicImage, part: PartitionImage, start_offset: int) -> None:
+        """chunkStops: our replica of the active chunk was closed; it stops as a partition
+        replica and goes on as the chunk's, keeping its data."""
+        tp = (topic.name, part.partition_id)
+        hosted = self.partitions.get(tp)
+        if hosted is None or hosted.log.log_start_offset >= part.start_offset:
+            # Not the closed chunk's log (AlterChunkAssignments adding us: copied elsewhere).
+            return
+        del self.partitions[tp]
+        hosted.fail_waiters(KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                       f"{tp[0]}-{tp[1]}: the chunk here was closed; the "
+                                       f"partition goes on at offset {part.start_offset}"))
+        self.log_manager.seal_as_chunk(topic.name, part.partition_id, start_offset)
+        self._notify_data(tp)
+        log.info("%s-%d: our replica is now the inactive chunk starting at %d", *tp,
+                 start_offset)
+
+    def chunk_log(self, topic: str, partition: int, offset: int,
+                  readers: bool) -> tuple[Any, Any] | None:
+        """(chunk image, its log) of an inactive chunk this broker holds whose offsets include
+        `offset`: up to its stop offset for consumers (`readers`), to its end for replicas
+        copying it; None otherwise."""
+        known = self._image.topics_by_name.get(topic)
+        part = known.partitions.get(partition) if known is not None else None
+        if part is None:
+            return None
+        for chunk in part.chunks:
+            last = chunk.stop_offset if readers else chunk.end_offset
+            if chunk.start_offset <= offset <= last:
+                plog = self.log_manager.get_chunk_log(topic, partition, chunk.start_offset)
+                if plog is not None and (readers or offset < plog.log_end_offset):
+                    return chunk, plog
+        return None
+
+    def chunks_held(self, topic: str, partition: int) -> list[Any]:
+        """The inactive chunks of the partition this broker holds a replica of."""
+        known = self._image.topics_by_name.get(topic)
+        part = known.partitions.get(partition) if known is not None else None
+        if part is None:
+            return []
+        return [c for c in part.chunks
+                if self.log_manager.get_chunk_log(topic, partition, c.start_offset) is not None]
+
     def _ensure_partition(self, topic: TopicImage, part: PartitionImage) -> None:
         tp = (topic.name, part.partition_id)
         hosted = self.partitions.get(tp)
@@ -140,6 +204,8 @@ class ReplicaManager:
             if plog is None:
                 plog = self.log_manager.create_log(topic.name, part.partition_id, topic.topic_id,
                                                    self.log_config_for(topic.name, None))
+                if part.start_offset > 0:  # a chunk's replica holds nothing before its start
+                    plog.truncate_fully_and_start_at(part.start_offset)
             else:  # loaded at start-up with the broker's defaults: the topic's configs apply
                 plog.update_config(self.log_config_for(topic.name, None))
             hosted = Partition(topic.name, part.partition_id, topic.topic_id, plog, self.node_id)
@@ -154,7 +220,10 @@ class ReplicaManager:
         if part.partition_epoch >= hosted.partition_epoch:
             hosted.isr = part.isr
             hosted.partition_epoch = part.partition_epoch
-        hosted.leader_id = part.leader
+        # A new active chunk first copies the closed chunk's open-transaction tail; it takes
+        # no role (leads nothing, follows nobody) until it holds it.
+        filling = self.chunk_filler.fill_tail(hosted, part)
+        hosted.leader_id = -1 if filling else part.leader
         hosted.leader_epoch = part.leader_epoch
         if hosted.is_leader:
             if not was_leader or old_epoch != part.leader_epoch:
@@ -163,13 +232,23 @@ class ReplicaManager:
                          list(part.isr))
             hosted.track_replicas()  # replicas a reassignment added or removed
             self._maybe_advance_high_watermark(hosted)  # an ISR shrink may let it move
-        elif was_leader or old_epoch != part.leader_epoch:
+        elif was_leader or old_epoch != part.leader_epoch or filling:
             hosted.fail_waiters(KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                            f"{topic.name}-{part.partition_id} is now led by "
                                            f"broker {part.leader}"))
             hosted.followers = {}
             hosted.pending_isr = None
             self._notify_data(tp)  # fetches waiting on it answer NOT_LEADER_OR_FOLLOWER
+
+    def tail_filled(self, tp: TopicPartition) -> None:
+        """The chunk filler is done with a new active chunk's replica: it takes its role."""
+        hosted = self.partitions.get(tp)
+        known = self._image.topics_by_name.get(tp[0])
+        part = known.partitions.get(tp[1]) if known is not None else None
+        if hosted is None or known is None or part is None:
+            return
+        self._ensure_partition(known, part)
+        self.on_followed({tp: p for tp, p in self.partitions.items() if not p.is_leader})
 
     def check_directory(self, topic: str, partition: int) -> None:
         """After a replica moved between log dirs: the controller must learn its new dir."""
@@ -225,6 +304,15 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition}")
         return hosted
 
+    def writable_partition(self, topic: str, partition: int) -> Partition:
+        """The leader replica, for an append; NOT_LEADER_OR_FOLLOWER (retriable) while
+        CreateChunks closes its chunk: the writer comes back to the new chunk's leader."""
+        hosted = self.leader_partition(topic, partition)
+        if hosted.closing_chunk:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"{topic}-{partition}: its chunk is being closed")
+        return hosted
+
     def readable_partition(self, topic: str, partition: int, *, from_follower: bool) -> Partition:
         """The replica a consumer's fetch reads: the leader, or with `from_follower` (Fetch v11+,
         KIP-392) a follower too, which serves up to its own high watermark."""
@@ -236,7 +324,7 @@ class ReplicaManager:
     def append_records(self, topic: str, partition: int, records: Any, *,
                        origin: AppendOrigin = AppendOrigin.CLIENT) -> Any:
         """Validate the batches (headers and CRC only) and append them; returns LogAppendInfo."""
-        hosted = self.leader_partition(topic, partition)
+        hosted = self.writable_partition(topic, partition)
         if records is None or len(records) == 0:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "empty records")
         plog = hosted.log
@@ -268,7 +356,7 @@ class ReplicaManager:
         here; returns its offset. The log indexes an aborted transaction and the last stable
         offset moves past it. Raises KafkaError (NOT_LEADER_OR_FOLLOWER,
         UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED)."""
-        hosted = self.leader_partition(topic, partition)
+        hosted = self.writable_partition(topic, partition)
         plog = hosted.log
         marker = build_end_txn_marker(
             ControlRecordType.COMMIT if committed else ControlRecordType.ABORT,

@@ -47,6 +47,7 @@ from kafka_ext.replication.replica_manager import ReplicaManager
 from kafka_ext.server import (
     admin,
     api_versions,
+    chunks,
     diskless,
     forwarding,
     groups,
@@ -132,6 +133,7 @@ class Broker:
         self.alter_partitions = AlterPartitionManager(self)
         self.replica_manager.propose_isr = self.alter_partitions.submit
         self.replica_manager.on_followed = self.replica_fetchers.update
+        self.replica_manager.chunk_filler.fetch = self.replica_fetchers.chunk_fetch
         self.directory_assignments = DirectoryAssignments(self)
         self.replica_manager.assign_directory = self.directory_assignments.assign
         self.replica_manager.replica_lag_time_max_ms = config.replica_lag_time_max_ms
@@ -220,6 +222,7 @@ class Broker:
             **diskless.HANDLERS,  # KIP-1164 coordinator APIs 93-98, 100
             **reassignment.HANDLERS,  # ElectLeaders, Alter/ListPartitionReassignments
             **partition_count.HANDLERS,  # KIP-253, partition reduction
+            **chunks.HANDLERS,  # CreateChunks, AlterChunkAssignments (seed 000)
         }
         handlers[ApiKey.ENVELOPE] = forwarding.handle_envelope
         handlers[ApiKey.BROKER_REGISTRATION] = handle_broker_registration
@@ -486,6 +489,7 @@ class Broker:
             await self.lifecycle.controlled_shutdown()  # our leaderships move first
         for task in self._tasks:
             task.cancel()
+        self.replica_manager.chunk_filler.cancel()
         await self.replica_fetchers.stop()
         await self.alter_partitions.stop()
         await self.directory_assignments.stop()
@@ -625,7 +629,7 @@ _CONTROLLER_APIS = frozenset({
     ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
     ApiKey.ALTER_PARTITION, ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
     ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.ASSIGN_REPLICAS_TO_DIRS,
-    ApiKey.DELETE_PARTITIONS,
+    ApiKey.DELETE_PARTITIONS, ApiKey.CREATE_CHUNKS, ApiKey.ALTER_CHUNK_ASSIGNMENTS,
 })
 
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.legacy_records import MAGIC_V0, MAGIC_V1, down_convert
@@ -44,6 +46,7 @@ from kafka_ext.server.fetch_session import (
 from kafka_ext.server.leader_hints import add_leader_hints
 
 _Response = registry()["FetchResponse"].cls
+_Request = registry()["FetchRequest"].cls
 _TopicResponse = _Response.FetchableTopicResponse
 _PartitionData = _Response.PartitionData
 _AbortedTransaction = _Response.AbortedTransaction
@@ -51,6 +54,8 @@ TOPIC_IDS_VERSION = 13
 FETCH_FROM_FOLLOWER_VERSION = 11  # KIP-392: RackId, PreferredReadReplica
 REPLICA_STATE_VERSION = 15  # the follower's id moved into ReplicaState (KIP-903)
 READ_COMMITTED = 1
+RELAY_FETCH_VERSION = 16  # a broker relaying a consumer's read of an inactive chunk
+RELAY_TIMEOUT_S = 10.0
 MESSAGE_FORMAT_V1_BELOW_VERSION = 4  # Fetch v2-3 read magic 1 messages
 MESSAGE_FORMAT_V0_BELOW_VERSION = 2  # Fetch v0-1 read magic 0 messages
 
@@ -89,8 +94,12 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
                 if not t.unknown_topic_id and broker.diskless.is_diskless(t.topic, t.partition)}
     magic = _down_conversion_magic(ctx.api_version)
     while True:
+        relayed: dict[int, Any] = {}
         results, total_bytes, has_error = _read_all(broker, request, targets, diskless,
-                                                    ctx.api_version)
+                                                    ctx.api_version, _redirects_of(ctx),
+                                                    relayed)
+        if relayed:
+            total_bytes += await _relay_chunk_reads(broker, request, targets, results, relayed)
         if diskless:
             more_bytes, more_error = await _read_diskless(broker, request, targets, results,
                                                           diskless, total_bytes)
@@ -159,9 +168,14 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
     # The high watermarks before this fetch: one that moves (this fetch or another follower's
     # moved it) is answered at once, so followers serving consumers (KIP-392) learn it soon.
     known_high_watermarks: list[int] = []
-    for (name, _, p), data in zip(wanted, results, strict=True):
+    chunk_copies: set[int] = set()  # entries that copy an inactive chunk held here (seed 000)
+    for index, ((name, _, p), data) in enumerate(zip(wanted, results, strict=True)):
         known_high_watermarks.append(-1)
         if data.error_code:
+            continue
+        if (name, p.partition) not in replicas.partitions and replicas.chunk_log(
+                name, p.partition, p.fetch_offset, readers=False) is not None:
+            chunk_copies.add(index)
             continue
         try:
             hosted = replicas.leader_partition(name, p.partition)
@@ -181,7 +195,7 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     while True:
         total, done, throttled_bytes = _read_for_replica(replicas, request, wanted, results,
-                                                         replica_id)
+                                                         replica_id, chunk_copies)
         done = done or any(data.high_watermark > known for data, known
                            in zip(results, known_high_watermarks, strict=True))
         remaining = deadline - loop.time()
@@ -203,17 +217,24 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
 
 
 def _read_for_replica(replicas: Any, request: Any, wanted: list[tuple[str, Any, Any]],
-                      results: list[Any], replica_id: int) -> tuple[int, bool, int]:
+                      results: list[Any], replica_id: int,
+                      chunk_copies: set[int]) -> tuple[int, bool, int]:
     """Read every partition for a follower within the request's limits; returns (bytes, whether
     to answer at once: an error or a divergence, bytes read for throttled replicas). An
     out-of-sync replica that a reassignment throttles gets nothing while this leader's budget
-    is in debt."""
+    is in debt. A replica copying an inactive chunk held here reads it up to its end."""
     total = throttled_bytes = 0
     done = False
     over_quota = replicas.leader_quota.exceeded()
-    for (name, _, p), data in zip(wanted, results, strict=True):
+    for index, ((name, _, p), data) in enumerate(zip(wanted, results, strict=True)):
         if data.error_code:  # refused before reading (unknown, not the leader, old epoch)
             done = True
+            continue
+        if index in chunk_copies:
+            total += _read_chunk(replicas, name, p.partition, p.fetch_offset,
+                                 min(p.partition_max_bytes, max(request.max_bytes - total, 0)),
+                                 data, readers=False, first=total == 0)
+            done = True  # immutable: nothing to wait for
             continue
         try:
             hosted = replicas.leader_partition(name, p.partition)
@@ -250,6 +271,152 @@ def _read_for_replica(replicas: Any, request: Any, wanted: list[tuple[str, Any, 
         if throttled:
             throttled_bytes += nbytes
     return total, done, throttled_bytes
+
+
+# A connection's consumer that came back for the offset it was sent elsewhere for: it does not
+# follow PreferredReadReplica to a chunk's replica (the value in the connection's redirects).
+IGNORES_REDIRECTS = -2
+
+
+def _redirects_of(ctx: RequestContext) -> dict[tuple[str, int], int]:
+    """Per connection: (topic, partition) -> the offset its consumer was last sent to a
+    chunk's replica for, or IGNORES_REDIRECTS."""
+    redirects: dict[tuple[str, int], int] = ctx.connection.state.setdefault(
+        "chunk_redirects", {})
+    return redirects
+
+
+def _inactive_chunk_read(broker: Any, request: Any, target: _Target, from_follower: bool,
+                         rack_id: str, redirects: dict[tuple[str, int], int], *, first: bool,
+                         budget: int) -> tuple[Any, int, int | None] | None:
+    """A consumer's fetch at an offset before the partition's active chunk (seed 000): read
+    from the chunk's replica when this broker holds one, else (Fetch v11+) sent to one with
+    PreferredReadReplica (KIP-392), as the leader sends consumers to a follower; None for an
+    offset of the active chunk. (data, bytes read, broker to relay the read from) otherwise.
+
+    Some consumers only follow PreferredReadReplica to a broker the Metadata lists as a replica
+    of the partition (Java's and kafka-python's), which a chunk's replica need not be; others
+    (Fetch below v11) cannot be sent at all. A consumer that comes back for the offset it was
+    sent away for, and any below v11, gets the chunk's records relayed by this broker: every
+    stock client reads all of the partition, only the extra hop differs."""
+    offset = target.cached.fetch_offset
+    known = broker.controller.image.topics_by_name.get(target.topic)
+    part = known.partitions.get(target.partition) if known is not None else None
+    if part is None or not part.chunks:
+        return None
+    replicas = broker.replica_manager
+    read_committed = request.isolation_level == READ_COMMITTED
+    data = _PartitionData(partition_index=target.partition, error_code=0, high_watermark=-1,
+                          last_stable_offset=-1, log_start_offset=part.chunks[0].start_offset,
+                          records=[], aborted_transactions=[] if read_committed else None)
+    if offset >= part.start_offset:
+        if ((target.topic, target.partition) in replicas.partitions or not from_follower
+                or part.leader < 0):
+            return None  # the active chunk's replicas serve it as usual
+        # A reader that finished a chunk here (or knows an old leader): on to the leader.
+        # Every KIP-392 client follows this (the leader is a replica); some rejoin their
+        # group on NOT_LEADER_OR_FOLLOWER and would read the chunk again from a commit.
+        data.preferred_read_replica = part.leader
+        return data, 0, None
+    if replicas.chunk_log(target.topic, target.partition, offset, readers=True) is not None:
+        max_bytes = min(target.cached.max_bytes, budget)
+        return data, _read_chunk(replicas, target.topic, target.partition, offset, max_bytes,
+                                 data, readers=True, first=first), None
+    chunk = part.chunk_at(offset)
+    if chunk is None:  # below the first chunk (or what retention removed)
+        data.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+        return data, 0, None
+    replica = chunk_read_replica(broker.controller.image, target.topic, target.partition,
+                                 chunk, rack_id)
+    if replica is None:
+        data.error_code = int(ErrorCode.REPLICA_NOT_AVAILABLE)
+        return data, 0, None
+    key = (target.topic, target.partition)
+    if from_follower and redirects.get(key) not in (offset, IGNORES_REDIRECTS):
+        redirects[key] = offset
+        data.preferred_read_replica = replica
+        return data, 0, None
+    redirects[key] = IGNORES_REDIRECTS
+    return data, 0, replica
+
+
+async def _relay_chunk_reads(broker: Any, request: Any, targets: list[_Target],
+                             results: list[Any], relayed: dict[int, int]) -> int:
+    """Read each relayed target from the chunk replica chosen for it (a consumer's Fetch
+    between brokers); a replica that cannot be reached answers the consumer with
+    REPLICA_NOT_AVAILABLE (retriable). Returns the bytes read."""
+    total = 0
+    for index, replica in relayed.items():
+        target, data = targets[index], results[index]
+        ask = _Request(
+            replica_state=_Request.ReplicaState(replica_id=-1, replica_epoch=-1),
+            max_wait_ms=0, min_bytes=1, max_bytes=target.cached.max_bytes,
+            isolation_level=request.isolation_level, session_id=0, session_epoch=-1,
+            topics=[_Request.FetchTopic(topic=target.topic, topic_id=target.topic_id,
+                                        partitions=[_Request.FetchPartition(
+                                            partition=target.partition,
+                                            current_leader_epoch=-1,
+                                            fetch_offset=target.cached.fetch_offset,
+                                            last_fetched_epoch=-1, log_start_offset=-1,
+                                            partition_max_bytes=target.cached.max_bytes)])],
+            forgotten_topics_data=[], rack_id="")
+        try:
+            answer = await broker.broker_channels.request(replica, ApiKey.FETCH,
+                                                          RELAY_FETCH_VERSION, ask,
+                                                          RELAY_TIMEOUT_S)
+            got = answer.responses[0].partitions[0]
+        except (ConnectionError, TimeoutError, OSError, IndexError):
+            data.error_code = int(ErrorCode.REPLICA_NOT_AVAILABLE)
+            continue
+        data.error_code = got.error_code
+        data.high_watermark, data.last_stable_offset = got.high_watermark, got.last_stable_offset
+        records = memoryview(got.records) if got.records is not None else memoryview(b"")
+        data.records = [records] if records.nbytes else []  # as the log's reads give them
+        if data.aborted_transactions is not None:
+            data.aborted_transactions = list(got.aborted_transactions or ())
+        total += records.nbytes
+    return total
+
+
+def chunk_read_replica(image: Any, topic: str, partition: int, chunk: Any,
+                       rack_id: str) -> int | None:
+    """The replica of an inactive chunk a reader is sent to: among its live replicas holding
+    all of it, those in the reader's rack when it names one that has any, chosen by a hash of
+    the chunk so that its readers spread over partitions and stay put."""
+    brokers = image.brokers
+    live = [r for r in chunk.readable_replicas
+            if r in brokers and not brokers[r].fenced]
+    if not live:
+        return None
+    same_rack = [r for r in live if rack_id and brokers[r].rack == rack_id]
+    candidates = same_rack or live
+    key = f"{topic}-{partition}@{chunk.start_offset}".encode()
+    return int(candidates[zlib.crc32(key) % len(candidates)])
+
+
+def _read_chunk(replicas: Any, topic: str, partition: int, fetch_offset: int, max_bytes: int,
+                data: Any, *, readers: bool, first: bool) -> int:
+    """Fill `data` from the inactive chunk held here that has `fetch_offset`: consumers read up
+    to its stop offset (its high watermark and last stable offset), replicas copying it up to
+    its end. OFFSET_OUT_OF_RANGE when it moved away meanwhile. Returns the bytes read."""
+    found = replicas.chunk_log(topic, partition, fetch_offset, readers=readers)
+    if found is None:
+        data.error_code, data.high_watermark, data.records = (
+            int(ErrorCode.OFFSET_OUT_OF_RANGE), -1, [])
+        return 0
+    chunk, plog = found
+    limit = (chunk.stop_offset if readers else chunk.end_offset) + 1
+    data.high_watermark = data.last_stable_offset = limit
+    data.log_start_offset = plog.log_start_offset
+    if max_bytes <= 0 and not first:
+        return 0
+    info = plog.read(fetch_offset, max_bytes, max_offset=limit, min_one_message=first)
+    data.records = info.records
+    if readers and data.aborted_transactions is not None and info.records:
+        data.aborted_transactions = [
+            _AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
+            for txn in plog.aborted_transactions_in(info)]
+    return sum(r.nbytes for r in info.records)
 
 
 def _preferred_read_replica(broker: Any, hosted: Any, rack_id: str) -> int:
@@ -419,7 +586,8 @@ def _resolve(ctx: RequestContext, request: Any, uses_ids: bool
 
 
 def _read_all(broker: Any, request: Any, targets: list[_Target], diskless: set[int],
-              api_version: int) -> tuple[list[Any], int, bool]:
+              api_version: int, redirects: dict[tuple[str, int], int],
+              relayed: dict[int, Any]) -> tuple[list[Any], int, bool]:
     """Read every classic target within the budgets; diskless ones get an empty entry that
     _read_diskless fills. Records are never null, even on error: librdkafka drops the whole
     response when a partition's records field is null."""
@@ -441,6 +609,18 @@ def _read_all(broker: Any, request: Any, targets: list[_Target], diskless: set[i
                                           error_code=int(ErrorCode.UNKNOWN_TOPIC_ID),
                                           high_watermark=-1, records=[]))
             has_error = True
+            continue
+        in_chunk = _inactive_chunk_read(broker, request, target, from_follower, rack_id,
+                                        redirects, first=total == 0,
+                                        budget=max(budget - total, 0))
+        if in_chunk is not None:  # an offset of an inactive chunk (seed 000)
+            data, nbytes, relay_from = in_chunk
+            if relay_from is not None:
+                relayed[index] = relay_from
+            results.append(data)
+            total += nbytes
+            # An error or a redirect is answered at once, as Kafka does.
+            has_error = has_error or data.error_code != 0 or data.preferred_read_replica >= 0
             continue
         try:
             hosted = replicas.readable_partition(target.topic, target.partition,
@@ -468,6 +648,7 @@ def _read_all(broker: Any, request: Any, targets: list[_Target], diskless: set[i
                 preferred = _preferred_read_replica(broker, hosted, rack_id)
                 if preferred != hosted.local_id:  # KIP-392: read there, nothing from here
                     data.preferred_read_replica = preferred
+                    has_error = True  # answered at once, as Kafka does
                     continue
             if max_bytes <= 0 and total > 0:
                 continue  # the response is full: this partition answers without records

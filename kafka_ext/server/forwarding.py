@@ -23,6 +23,7 @@ from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.framing import decode_response, encode_request
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.chunks import alter_chunk_assignments_error
 from kafka_ext.server.partition_count import delete_partitions_error
 from kafka_ext.server.reassignment import elect_leaders_error
 
@@ -40,7 +41,7 @@ FORWARDED_APIS = frozenset({
     ApiKey.DESCRIBE_QUORUM,  # only the leader knows every replica's position
     ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
     ApiKey.LIST_PARTITION_REASSIGNMENTS,  # what the quorum committed, not a broker's lag
-    ApiKey.DELETE_PARTITIONS,
+    ApiKey.DELETE_PARTITIONS, ApiKey.ALTER_CHUNK_ASSIGNMENTS,
 })
 FORWARD_TIMEOUT_S = 30.0
 RETRY_BACKOFF_S = 0.1
@@ -90,6 +91,8 @@ def error_response(api_key: int, request: Any, error: KafkaError) -> Any:
         return elect_leaders_error(request, error)
     if api_key == ApiKey.DELETE_PARTITIONS:
         return delete_partitions_error(request, error)
+    if api_key == ApiKey.ALTER_CHUNK_ASSIGNMENTS:
+        return alter_chunk_assignments_error(request, error)
     if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
         return _reg["AlterPartitionReassignmentsResponse"].cls(
             throttle_time_ms=0, error_code=code, error_message=message, responses=[])

@@ -63,10 +63,23 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                 hosted.check_leader_epoch(p.current_leader_epoch)
                 result.offset, result.timestamp, result.leader_epoch = _lookup(
                     hosted, p.timestamp, request.isolation_level)
+                if p.timestamp == EARLIEST_TIMESTAMP:
+                    result.offset = _earliest_of_chunks(ctx.broker, topic.name,
+                                                        p.partition_index, result.offset)
             except KafkaError as exc:
                 result.error_code = int(exc.code)
         topics.append(_Offsets.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
     return _Offsets(topics=topics)
+
+
+def _earliest_of_chunks(broker: Any, topic: str, partition: int, active_earliest: int) -> int:
+    """With chunks (seed 000) the partition starts at its first inactive chunk, whose
+    replicas serve it (server/fetch.py sends readers there)."""
+    known = broker.controller.image.topics_by_name.get(topic)
+    part = known.partitions.get(partition) if known is not None else None
+    if part is None or not part.chunks:
+        return active_earliest
+    return int(part.chunks[0].start_offset)
 
 
 def _lookup(hosted: Any, timestamp: int, isolation_level: int = 0) -> tuple[int, int, int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka_ext.controller.image import MetadataImage, TopicImage
+from kafka_ext.controller.image import ChunkImage, MetadataImage, TopicImage
 from kafka_ext.controller.quorum_controller import DISKLESS_METADATA_TOPIC, check_topic_name
 from kafka_ext.diskless.gateways import produce_gateways
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
@@ -25,6 +25,7 @@ _Response = registry()["MetadataResponse"].cls
 _Broker = _Response.MetadataResponseBroker
 _Topic = _Response.MetadataResponseTopic
 _Partition = _Response.MetadataResponsePartition
+_Chunk = _Response.MetadataResponseChunk
 # Kafka's internal topics (a user topic named "__x" is an ordinary topic).
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state",
                              DISKLESS_METADATA_TOPIC})
@@ -97,8 +98,16 @@ def _topic(topic: TopicImage, gateways: _Gateways) -> Any:
                                isr_nodes=list(p.isr), offline_replicas=[],
                                preferred_produce_brokers=(gateways.of(p.diskless_coordinator)
                                                           if p.is_diskless else []),
-                               mode=p.mode)
+                               mode=p.mode, start_offset=p.start_offset,
+                               chunks=[_chunk(c) for c in p.chunks])
                     for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)])
+
+
+def _chunk(chunk: ChunkImage) -> Any:
+    """An inactive chunk (seed 000), a tagged field stock clients skip."""
+    return _Chunk(start_offset=chunk.start_offset, start_timestamp=chunk.start_timestamp,
+                  stop_offset=chunk.stop_offset, end_offset=chunk.end_offset,
+                  replica_nodes=list(chunk.replicas), isr_nodes=list(chunk.readable_replicas))
 
 
 def _missing_topics(ctx: RequestContext, request: Any, names: list[str]) -> list[Any]:

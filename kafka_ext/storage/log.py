@@ -81,9 +81,28 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+CHUNK_DIR_MARK = "@"  # <topic>-<partition>@<start offset>: an inactive chunk replica (seed 000)
+
+
+def chunk_dir_name(topic: str, partition: int, start_offset: int) -> str:
+    return f"{topic}-{partition}{CHUNK_DIR_MARK}{start_offset}"
+
+
+def parse_chunk_dir(dir_name: str) -> tuple[str, int, int] | None:
+    """(topic, partition, start offset) of an inactive chunk's dir name, else None (topic
+    names cannot hold the mark)."""
+    name, mark, start = dir_name.rpartition(CHUNK_DIR_MARK)
+    if not mark or not start.isdigit():
+        return None
+    topic, partition = parse_topic_partition(name)
+    return topic, partition, int(start)
+
+
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
     """Split a partition dir name `<topic>-<partition>` (or a future replica's
-    `<topic>-<partition>.move`, KIP-113); ValueError if it is not one."""
+    `<topic>-<partition>.move`, KIP-113, or a chunk's `<topic>-<partition>@<start>`);
+    ValueError if it is not one."""
+    dir_name = dir_name.split(CHUNK_DIR_MARK, 1)[0]
     topic, sep, partition = dir_name.removesuffix(".move").rpartition("-")
     if not sep or not topic or not partition.isdigit():
         raise ValueError(f"{dir_name!r} is not a <topic>-<partition> directory name")

@@ -24,10 +24,17 @@ from kafka_ext.storage.checkpoints import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
+    fsync_dir,
     write_atomically,
 )
 from kafka_ext.storage.formatter import check_dir_identity
-from kafka_ext.storage.log import UnifiedLog, parse_topic_partition, wall_clock_ms
+from kafka_ext.storage.log import (
+    UnifiedLog,
+    chunk_dir_name,
+    parse_chunk_dir,
+    parse_topic_partition,
+    wall_clock_ms,
+)
 from kafka_ext.storage.log_config import LogConfig
 
 logger = logging.getLogger(__name__)
@@ -42,6 +49,7 @@ PLACEMENT_MOST_FREE_BYTES = "most-free-bytes"
 NON_PARTITION_DIRS = frozenset({"objects", "diskless"})
 
 TopicPartition = tuple[str, int]
+ChunkKey = tuple[str, int, int]  # (topic, partition, start offset)
 
 
 @dataclass(slots=True, frozen=True)
@@ -64,6 +72,7 @@ class LogManager:
         "_clock_ms",
         "_logs",
         "_log_dir_of",
+        "_chunk_logs",
         "_directory_ids",
         # JBOD (KIP-112/113, docs/jbod.md): dirs found failed, placement, crash-recovery leftovers.
         "offline_dirs",
@@ -97,6 +106,9 @@ class LogManager:
         self._clock_ms = clock_ms
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
+        # Inactive chunk replicas (seed 000) by (topic, partition, start offset): sealed logs,
+        # never appended to, outside the partition checkpoints (each is flushed when sealed).
+        self._chunk_logs: dict[ChunkKey, UnifiedLog] = {}
         self._directory_ids: dict[Path, uuid.UUID] = {}
         # Dirs that failed (at load or later): no log lives there any more, nothing goes there.
         self.offline_dirs: dict[Path, str] = {}
@@ -163,6 +175,10 @@ class LogManager:
             if path.name.endswith((DELETE_DIR_SUFFIX, MOVED_DELETE_SUFFIX)):
                 self.pending_deletions.append(path)  # removed asynchronously after start
                 continue
+            chunk_key = parse_chunk_dir(path.name)
+            if chunk_key is not None:
+                self._load_chunk(path, chunk_key, needs_recovery)
+                continue
             if path.name.endswith(MOVE_DIR_SUFFIX):
                 try:  # the replica mover resumes (or completes) these: replica_mover.py
                     self.future_dirs[parse_topic_partition(path.name[: -len(MOVE_DIR_SUFFIX)])] = path
@@ -191,6 +207,13 @@ class LogManager:
             self._logs[tp] = log
             self._log_dir_of[tp] = log_dir
         marker.unlink(missing_ok=True)  # from now on a crash must trigger recovery
+
+    def _load_chunk(self, path: Path, key: ChunkKey, needs_recovery: bool) -> None:
+        # A crash may have cut a chunk still being copied here: check all of it then.
+        chunk = UnifiedLog(path, self._config_for(key[0]), needs_recovery=needs_recovery,
+                           clock_ms=self._clock_ms)
+        chunk.high_watermark = chunk.log_end_offset
+        self._chunk_logs[key] = chunk
 
     def _config_for(self, topic: str) -> LogConfig:
         return self._topic_config(topic) if self._topic_config is not None else self.default_config
@@ -279,6 +302,42 @@ class LogManager:
         self._logs[tp] = log
         self._log_dir_of[tp] = log_dir
         return log
+
+    # -- inactive chunks (seed 000)
+
+    def get_chunk_log(self, topic: str, partition: int, start_offset: int) -> UnifiedLog | None:
+        return self._chunk_logs.get((topic, partition, start_offset))
+
+    def chunk_logs(self) -> dict[ChunkKey, UnifiedLog]:
+        return dict(self._chunk_logs)
+
+    def seal_as_chunk(self, topic: str, partition: int, start_offset: int) -> UnifiedLog:
+        """The partition's log becomes the inactive chunk starting at `start_offset`: flushed,
+        renamed to `<topic>-<partition>@<start>` in the same log dir and reopened there. Its
+        data stays where it is; the partition's next log starts empty. Blocks (an fsync)."""
+        tp = (topic, partition)
+        log = self._logs.pop(tp)
+        del self._log_dir_of[tp]
+        log.flush()
+        log.close(sync_snapshot=True)
+        sealed_dir = log.dir.with_name(chunk_dir_name(topic, partition, start_offset))
+        log.dir.rename(sealed_dir)
+        fsync_dir(sealed_dir.parent)
+        chunk = UnifiedLog(sealed_dir, log.config, needs_recovery=False,
+                           log_start_offset=log.log_start_offset, topic_id=log.topic_id,
+                           clock_ms=self._clock_ms)
+        chunk.high_watermark = chunk.log_end_offset
+        self._chunk_logs[(topic, partition, start_offset)] = chunk
+        return chunk
+
+    def detach_chunk_log(self, topic: str, partition: int, start_offset: int) -> Path:
+        """Close a chunk replica and rename it for removal, as `detach_log`; the caller removes
+        the returned dir off the event loop."""
+        log = self._chunk_logs.pop((topic, partition, start_offset))
+        log.close()
+        doomed = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        log.dir.rename(doomed)
+        return doomed
 
     def online_dirs(self) -> list[Path]:
         """The configured dirs that are not offline, in configuration order."""
@@ -396,5 +455,8 @@ class LogManager:
         marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch})
         for log_dir in self.online_dirs():
             write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, marker)
+        for log in self._chunk_logs.values():
+            log.close(sync_snapshot=True)
         self._logs.clear()
         self._log_dir_of.clear()
+        self._chunk_logs.clear()

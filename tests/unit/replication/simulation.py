@@ -403,6 +403,12 @@ class SimLogManager:
     def log_dir_of(self, topic: str, partition: int) -> None:
         return None  # one disk per broker: no directory assignments (KIP-858) to make
 
+    def chunk_logs(self) -> dict[tuple[str, int, int], SimLog]:
+        return {}  # the simulated partition never gets chunks
+
+    def get_chunk_log(self, topic: str, partition: int, start_offset: int) -> None:
+        return None
+
 
 # -- the event loop, and what the real coroutines wait on ------------------------------------
 

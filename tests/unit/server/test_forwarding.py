@@ -29,6 +29,10 @@ def _request(api_key: int) -> object:
         return cls(topics=[])
     if api_key == ApiKey.DELETE_PARTITIONS:
         return cls(topics=[cls.DeletePartitionsTopic(name="a", partitions=[2])])
+    if api_key == ApiKey.ALTER_CHUNK_ASSIGNMENTS:
+        return cls(chunks=[cls.AlterChunkAssignment(topic_name="a", partition_id=0,
+                                                    start_offset=0, chunk_epoch=0,
+                                                    broker_ids=[1])])
     if api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
         return cls(topics=None)
     if api_key == ApiKey.ELECT_LEADERS:

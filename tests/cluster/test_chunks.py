@@ -1,0 +1,181 @@
+"""Partition chunks (seed 000) on 3 real brokers: the proposal's test plan, read by stock
+consumers that follow the leader's PreferredReadReplica to the old chunk's replica."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import aiokafka
+import kafka
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafka_ext.client.probe import identify, round_trip
+from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.messages import registry
+from tests.cluster.conftest import Cluster, Node
+from tests.cluster.test_cluster import wait_until
+from tests.cluster.test_replication import REPLICATION, partition_state
+from tests.integration.test_partition_reduction_clients import _kafkajs_modules
+
+JS_READER = Path(__file__).parent / "js" / "chunk_reader.js"
+
+
+def _call(node: Node, api_key: int, **fields: Any) -> Any:
+    with socket.create_connection(("127.0.0.1", node.client_port), timeout=30) as sock:
+        identify(sock)
+        return round_trip(sock, api_key, 0, registry().requests[api_key].cls(**fields), 1)
+
+
+def create_chunk(node: Node, topic: str, partition: int, brokers: list[int]) -> tuple[int, str]:
+    """CreateChunks, sent to the partition's leader `node`: (error code, message)."""
+    Request = registry().requests[ApiKey.CREATE_CHUNKS].cls
+    answer = _call(node, ApiKey.CREATE_CHUNKS, topic_partitions=[
+        Request.CreateChunksTopicPartition(topic_name=topic, partition_id=partition,
+                                           broker_ids=brokers, start_offset=-1,
+                                           start_timestamp=-1, prev_stop_offset=-1)])
+    [result] = answer.results
+    return result.error_code, result.error_message
+
+
+def chunks_of(node: Node, topic: str, partition: int) -> tuple[int, list[Any]]:
+    """(active chunk's start offset, inactive chunks) as one broker's Metadata says."""
+    answer = _metadata(node, topic)
+    part = next(p for p in answer.topics[0].partitions if p.partition_index == partition)
+    return part.start_offset, list(part.chunks)
+
+
+def _metadata(node: Node, topic: str) -> Any:
+    Metadata = registry().requests[ApiKey.METADATA].cls
+    with socket.create_connection(("127.0.0.1", node.client_port), timeout=30) as sock:
+        identify(sock)
+        return round_trip(sock, ApiKey.METADATA, 12, Metadata(
+            topics=[Metadata.MetadataRequestTopic(name=topic)],
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False), 1)
+
+
+def _create_topic_on(node: Node, topic: str, broker: int) -> None:
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[broker]])],
+                        operation_timeout=30)[topic].result(30)
+    wait_until(lambda: partition_state(node, topic).get(0, (-1,))[0] == broker, 20,
+               f"{topic} led by broker {broker}")
+
+
+def _produce(node: Node, topic: str, values: list[bytes], **config: Any) -> None:
+    producer = Producer({"bootstrap.servers": node.bootstrap, "acks": "all", **config})
+    for value in values:
+        producer.produce(topic, value, partition=0)
+    assert producer.flush(30) == 0
+
+
+def _consume(node: Node, topic: str, expected: int, **config: Any) -> list[tuple[int, bytes]]:
+    """(offset, value) of `expected` records from the start of partition 0 (confluent-kafka)."""
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": f"g-{time.time()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "topic.metadata.refresh.interval.ms": 1000, **config})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < expected and time.monotonic() < deadline:
+            for message in consumer.consume(100, 0.5):
+                assert message.error() is None, message.error()
+                got.append((message.offset(), message.value()))
+    finally:
+        consumer.close()
+    return got
+
+
+def _read_kafka_python(node: Node, topic: str, expected: int) -> list[tuple[int, bytes]]:
+    consumer = kafka.KafkaConsumer(bootstrap_servers=node.bootstrap, group_id=None,
+                                   enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer.assign([kafka.TopicPartition(topic, 0)])
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < expected and time.monotonic() < deadline:
+            for messages in consumer.poll(timeout_ms=500).values():
+                got += [(m.offset, m.value) for m in messages]
+    finally:
+        consumer.close()
+    return got
+
+
+async def _read_aiokafka(node: Node, topic: str, expected: int) -> list[tuple[int, bytes]]:
+    consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=node.bootstrap,
+                                         enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    consumer.assign([aiokafka.TopicPartition(topic, 0)])
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < expected and time.monotonic() < deadline:
+            for messages in (await consumer.getmany(timeout_ms=500)).values():
+                got += [(m.offset, m.value) for m in messages]
+    finally:
+        await consumer.stop()
+    return got
+
+
+def _read_kafkajs(node: Node, topic: str, expected: int) -> list[tuple[int, bytes]]:
+    env = {**os.environ, "NODE_PATH": str(_kafkajs_modules())}
+    run = subprocess.run(["node", str(JS_READER), json.dumps({
+        "bootstrap": node.bootstrap, "topic": topic, "expected": expected, "timeoutMs": 30000})],
+        capture_output=True, text=True, timeout=120, env=env)
+    answer = json.loads(run.stdout.strip().splitlines()[-1])
+    assert "error" not in answer, answer
+    return [(offset, value.encode()) for offset, value in answer["records"]]
+
+
+def test_the_proposals_non_transactional_and_transactional_plans(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(combined=3, extra=REPLICATION)
+    n1, n2, n3 = cluster.brokers
+    # Non-transactional: a partition on broker 1 only, 10 records, a chunk on broker 2, 10 more.
+    _create_topic_on(n1, "plain", 1)
+    first = [f"a{i}".encode() for i in range(10)]
+    _produce(n1, "plain", first)
+    assert create_chunk(n1, "plain", 0, [2]) == (0, None)
+    for node in cluster.brokers:
+        wait_until(lambda node=node: chunks_of(node, "plain", 0)[0] == 10, 10,
+                   "every broker knows the new chunk")
+    start, [chunk] = chunks_of(n3, "plain", 0)
+    assert (chunk.start_offset, chunk.stop_offset, chunk.end_offset) == (0, 9, 9)
+    assert chunk.replica_nodes == [1] and partition_state(n3, "plain")[0][0] == 2
+    second = [f"b{i}".encode() for i in range(10)]
+    _produce(n3, "plain", second)
+    # A stock consumer from the start: the old chunk from broker 1, then broker 2.
+    assert _consume(n3, "plain", 20) == list(enumerate(first + second))
+    assert (cluster.nodes[1].data_dir / "plain-0@0").is_dir()
+    assert not (cluster.nodes[1].data_dir / "plain-0").exists()
+    # The other stock clients that follow PreferredReadReplica (KIP-392) do the same.
+    expected = list(enumerate(first + second))
+    assert _read_kafka_python(n3, "plain", 20) == expected
+    got = asyncio.run(_read_aiokafka(n3, "plain", 20))
+    assert got == expected, got
+    assert _read_kafkajs(n3, "plain", 20) == expected
+
+    # Transactional: a transaction open while the chunk is created, committed after it; a
+    # read_committed consumer reads the 10 plain records from broker 1, the 10 transactional
+    # ones from broker 2.
+    _create_topic_on(n1, "txn", 1)
+    _produce(n1, "txn", first)
+    transactional = Producer({"bootstrap.servers": n1.bootstrap, "transactional.id": "chunky"})
+    transactional.init_transactions(30)
+    transactional.begin_transaction()
+    for value in second:
+        transactional.produce("txn", value, partition=0)
+    transactional.flush(30)
+    assert create_chunk(n1, "txn", 0, [2]) == (0, None)
+    _, [chunk] = chunks_of(n1, "txn", 0)
+    assert (chunk.start_offset, chunk.stop_offset, chunk.end_offset) == (0, 9, 19)
+    transactional.commit_transaction(30)
+    got = _consume(n3, "txn", 20, **{"isolation.level": "read_committed"})
+    assert got == list(enumerate(first + second))
