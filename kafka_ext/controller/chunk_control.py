@@ -40,6 +40,37 @@ class ChunkCreation:
     prev_end_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class ChunkChange:
+    """One AlterChunkAssignments entry: a move to `brokers`, or a replica's report."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    chunk_epoch: int = -1
+    brokers: tuple[int, ...] = ()
+    caught_up_replica: int = -1  # a replica being added holds all of the chunk now
+    removed_replica: int = -1  # a replica whose copy retention deleted
+
+
+def chunk_change_records(topic: TopicImage, part: PartitionImage, change: ChunkChange,
+                         registered: set[int]) -> list[Any]:
+    """The records of one AlterChunkAssignments entry (a replica's report or a move)."""
+    if change.caught_up_replica >= 0 or change.removed_replica >= 0:
+        chunk = part.chunk_starting_at(change.start_offset)
+        if chunk is None:
+            raise KafkaError(ErrorCode.CHUNK_NOT_FOUND,
+                             f"{topic.name}-{part.partition_id} has no inactive chunk starting "
+                             f"at {change.start_offset}")
+        if change.caught_up_replica >= 0:
+            return chunk_replica_caught_up(topic.topic_id, part.partition_id, chunk,
+                                           change.caught_up_replica)
+        return drop_chunk_replica(topic.topic_id, part.partition_id, chunk,
+                                  change.removed_replica)
+    return alter_chunk_records(topic, part, change.start_offset, change.chunk_epoch,
+                               change.brokers, registered)
+
+
 def _record(name: str, **fields: Any) -> Any:
     return registry()[name].cls(**fields)
 

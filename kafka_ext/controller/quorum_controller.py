@@ -21,8 +21,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kafka_ext.controller.chunk_control import (
+    ChunkChange,
     ChunkCreation,
-    alter_chunk_records,
+    chunk_change_records,
     create_chunk_records,
 )
 from kafka_ext.controller.client_quota_control import (
@@ -661,20 +662,19 @@ class QuorumController:
                 await self._commit(records)
             return outcome
 
-    async def alter_chunk_assignments(
-            self, changes: list[tuple[str, int, int, int, tuple[int, ...]]]
-    ) -> list[tuple[ErrorCode, str | None]]:
-        """Move each (topic, partition, chunk start, chunk epoch, brokers) chunk to new
-        replicas; one (error, message) per change, the valid ones committed in one batch."""
+    async def alter_chunk_assignments(self, changes: list[ChunkChange]
+                                      ) -> list[tuple[ErrorCode, str | None]]:
+        """Move chunks to new replicas, or take a replica's report (it holds all of a chunk
+        it was added to, or retention deleted its copy); one (error, message) per change,
+        the valid ones committed in one batch."""
         async with self._lock:
             registered = set(self.image.brokers) or {self.node_id}
             outcome: list[tuple[ErrorCode, str | None]] = []
             records: list[Any] = []
-            for topic_name, partition, start, chunk_epoch, brokers in changes:
+            for c in changes:
                 try:
-                    topic, part = self._reassignable(topic_name, partition)
-                    records += alter_chunk_records(topic, part, start, chunk_epoch, brokers,
-                                                   registered)
+                    topic, part = self._reassignable(c.topic, c.partition)
+                    records += chunk_change_records(topic, part, c, registered)
                 except KafkaError as exc:
                     outcome.append((exc.code, exc.message or None))
                     continue

@@ -141,20 +141,27 @@ class ReplicaManager:
                         continue
                     key = (topic.name, part.partition_id, chunk.start_offset)
                     wanted.add(key)
-                    if self.log_manager.get_chunk_log(*key) is None:
-                        self._stop_as_chunk(topic, part, chunk.start_offset)
+                    plog = self.log_manager.get_chunk_log(*key)
+                    if plog is None and not self._stop_as_chunk(topic, part,
+                                                                chunk.start_offset):
+                        plog = self.log_manager.create_chunk_log(
+                            *key, topic.topic_id, self.log_config_for(topic.name, None))
+                    if plog is not None and plog.log_end_offset <= chunk.end_offset:
+                        # Added to the chunk (or restarted while copying it): copy the rest.
+                        self.chunk_filler.copy_chunk(topic.name, part.partition_id,
+                                                     topic.topic_id, chunk, plog)
         for key in [k for k in self.log_manager.chunk_logs() if k not in wanted]:
             log.info("removing chunk %s-%d@%d: no longer a replica of it here", *key)
             self.remove_dir(self.log_manager.detach_chunk_log(*key))
 
-    def _stop_as_chunk(self, topic: TopicImage, part: PartitionImage, start_offset: int) -> None:
+    def _stop_as_chunk(self, topic: TopicImage, part: PartitionImage, start_offset: int) -> bool:
         """chunkStops: our replica of the active chunk was closed; it stops as a partition
-        replica and goes on as the chunk's, keeping its data."""
+        replica and goes on as the chunk's, keeping its data. False when the log we host is
+        not the closed chunk's (AlterChunkAssignments added us to a chunk: it is copied)."""
         tp = (topic.name, part.partition_id)
         hosted = self.partitions.get(tp)
         if hosted is None or hosted.log.log_start_offset >= part.start_offset:
-            # Not the closed chunk's log (AlterChunkAssignments adding us: copied elsewhere).
-            return
+            return False
         del self.partitions[tp]
         hosted.fail_waiters(KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                        f"{tp[0]}-{tp[1]}: the chunk here was closed; the "
@@ -163,6 +170,7 @@ class ReplicaManager:
         self._notify_data(tp)
         log.info("%s-%d: our replica is now the inactive chunk starting at %d", *tp,
                  start_offset)
+        return True
 
     def chunk_log(self, topic: str, partition: int, offset: int,
                   readers: bool) -> tuple[Any, Any] | None:
@@ -177,7 +185,10 @@ class ReplicaManager:
             last = chunk.stop_offset if readers else chunk.end_offset
             if chunk.start_offset <= offset <= last:
                 plog = self.log_manager.get_chunk_log(topic, partition, chunk.start_offset)
-                if plog is not None and (readers or offset < plog.log_end_offset):
+                # Readers only where the whole chunk is (not a copy under way); copiers
+                # wherever the offset is.
+                held = chunk.stop_offset if readers else offset
+                if plog is not None and held < plog.log_end_offset:
                     return chunk, plog
         return None
 

@@ -134,6 +134,8 @@ class Broker:
         self.replica_manager.propose_isr = self.alter_partitions.submit
         self.replica_manager.on_followed = self.replica_fetchers.update
         self.replica_manager.chunk_filler.fetch = self.replica_fetchers.chunk_fetch
+        self.replica_manager.chunk_filler.report = lambda change: chunks.report_chunk_change(
+            self, change)
         self.directory_assignments = DirectoryAssignments(self)
         self.replica_manager.assign_directory = self.directory_assignments.assign
         self.replica_manager.replica_lag_time_max_ms = config.replica_lag_time_max_ms

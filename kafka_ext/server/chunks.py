@@ -22,7 +22,7 @@ import asyncio
 import time
 from typing import Any
 
-from kafka_ext.controller.chunk_control import ChunkCreation
+from kafka_ext.controller.chunk_control import ChunkChange, ChunkCreation
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
@@ -119,13 +119,33 @@ async def handle_alter_chunk_assignments(ctx: RequestContext, request: Any) -> A
     Response = _reg["AlterChunkAssignmentsResponse"].cls
     chunks = request.chunks
     outcome = await ctx.broker.controller.alter_chunk_assignments([
-        (c.topic_name, c.partition_id, c.start_offset, c.chunk_epoch, tuple(c.broker_ids))
+        ChunkChange(c.topic_name, c.partition_id, c.start_offset, c.chunk_epoch,
+                    tuple(c.broker_ids), c.caught_up_replica, c.removed_replica)
         for c in chunks])
     return Response(throttle_time_ms=0, results=[
         Response.AlterChunkAssignmentResult(
             topic_name=c.topic_name, partition_id=c.partition_id, start_offset=c.start_offset,
             error_code=int(code), error_message=message)
         for c, (code, message) in zip(chunks, outcome, strict=True)])
+
+
+async def report_chunk_change(broker: Any, change: ChunkChange) -> None:
+    """A replica's report on a chunk (copied, or its copy gone) to the active controller;
+    KafkaError when it is refused or cannot be delivered."""
+    if broker.controller.raft.is_leader:
+        [(code, message)] = await broker.controller.alter_chunk_assignments([change])
+    else:
+        Request = _reg["AlterChunkAssignmentsRequest"].cls
+        answer = await broker.forwarding.forward(
+            ApiKey.ALTER_CHUNK_ASSIGNMENTS, 0, Request(chunks=[Request.AlterChunkAssignment(
+                topic_name=change.topic, partition_id=change.partition,
+                start_offset=change.start_offset, chunk_epoch=-1, broker_ids=[],
+                caught_up_replica=change.caught_up_replica,
+                removed_replica=change.removed_replica)]), f"kafka-ext-broker-{broker.node_id}")
+        [result] = answer.results
+        code, message = ErrorCode(result.error_code), result.error_message
+    if code != ErrorCode.NONE:
+        raise KafkaError(code, message or "")
 
 
 def alter_chunk_assignments_error(request: Any, error: KafkaError) -> Any:

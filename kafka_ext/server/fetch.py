@@ -173,8 +173,7 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
         known_high_watermarks.append(-1)
         if data.error_code:
             continue
-        if (name, p.partition) not in replicas.partitions and replicas.chunk_log(
-                name, p.partition, p.fetch_offset, readers=False) is not None:
+        if _copies_chunk(replicas, name, p.partition, p.fetch_offset):
             chunk_copies.add(index)
             continue
         try:
@@ -214,6 +213,19 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
                                           for p in t.partitions), _Response.NodeEndpoint)
     return _Response(error_code=0, session_id=0, responses=list(responses.values()),
                      node_endpoints=endpoints)
+
+
+def _copies_chunk(replicas: Any, topic: str, partition: int, fetch_offset: int) -> bool:
+    """Whether a replica fetch copies an inactive chunk held here (seed 000): an offset of
+    the chunk that the active chunk's log here does not serve (it starts later, or this
+    broker does not lead it, or not yet)."""
+    if replicas.chunk_log(topic, partition, fetch_offset, readers=False) is None:
+        return False
+    try:
+        hosted = replicas.leader_partition(topic, partition)
+    except KafkaError:
+        return True
+    return bool(fetch_offset < hosted.log.log_start_offset)
 
 
 def _read_for_replica(replicas: Any, request: Any, wanted: list[tuple[str, Any, Any]],

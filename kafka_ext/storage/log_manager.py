@@ -330,6 +330,18 @@ class LogManager:
         self._chunk_logs[(topic, partition, start_offset)] = chunk
         return chunk
 
+    def create_chunk_log(self, topic: str, partition: int, start_offset: int,
+                         topic_id: uuid.UUID, config: LogConfig) -> UnifiedLog:
+        """An empty replica of an inactive chunk, starting at its start offset, for a copy of
+        it (in the log dir a new partition would get)."""
+        log_dir = self.place_new_log()
+        chunk = UnifiedLog(log_dir / chunk_dir_name(topic, partition, start_offset), config,
+                           needs_recovery=False, topic_id=topic_id, clock_ms=self._clock_ms)
+        if start_offset > 0:
+            chunk.truncate_fully_and_start_at(start_offset)
+        self._chunk_logs[(topic, partition, start_offset)] = chunk
+        return chunk
+
     def detach_chunk_log(self, topic: str, partition: int, start_offset: int) -> Path:
         """Close a chunk replica and rename it for removal, as `detach_log`; the caller removes
         the returned dir off the event loop."""

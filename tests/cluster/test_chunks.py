@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_ext.client.probe import identify, round_trip
 from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.messages import registry
 from tests.cluster.conftest import Cluster, Node
 from tests.cluster.test_cluster import wait_until
@@ -41,6 +42,17 @@ def create_chunk(node: Node, topic: str, partition: int, brokers: list[int]) -> 
         Request.CreateChunksTopicPartition(topic_name=topic, partition_id=partition,
                                            broker_ids=brokers, start_offset=-1,
                                            start_timestamp=-1, prev_stop_offset=-1)])
+    [result] = answer.results
+    return result.error_code, result.error_message
+
+
+def alter_chunk(node: Node, topic: str, partition: int, start: int, epoch: int,
+                brokers: list[int]) -> tuple[int, str]:
+    """AlterChunkAssignments through any broker: (error code, message)."""
+    Request = registry().requests[ApiKey.ALTER_CHUNK_ASSIGNMENTS].cls
+    answer = _call(node, ApiKey.ALTER_CHUNK_ASSIGNMENTS, chunks=[Request.AlterChunkAssignment(
+        topic_name=topic, partition_id=partition, start_offset=start, chunk_epoch=epoch,
+        broker_ids=brokers)])
     [result] = answer.results
     return result.error_code, result.error_message
 
@@ -161,6 +173,19 @@ def test_the_proposals_non_transactional_and_transactional_plans(cluster_factory
     got = asyncio.run(_read_aiokafka(n3, "plain", 20))
     assert got == expected, got
     assert _read_kafkajs(n3, "plain", 20) == expected
+
+    # AlterChunkAssignments: the first chunk moves from broker 1 to broker 3, which copies it
+    # before broker 1 lets its copy go; then readers get it from broker 3.
+    assert alter_chunk(n2, "plain", 0, 0, 0, [3]) == (0, None)
+    wait_until(lambda: [c.replica_nodes for c in chunks_of(n1, "plain", 0)[1]] == [[3]], 20,
+               "the chunk moved to broker 3")
+    wait_until(lambda: not (cluster.nodes[1].data_dir / "plain-0@0").exists(), 10,
+               "broker 1 deleted its copy")
+    assert (cluster.nodes[3].data_dir / "plain-0@0").is_dir()
+    assert _consume(n1, "plain", 20) == expected
+    assert alter_chunk(n2, "plain", 0, 0, 0, [1])[0] == ErrorCode.INVALID_CHUNK_ASSIGNMENT
+    assert alter_chunk(n2, "plain", 0, 5, -1, [1])[0] == ErrorCode.CHUNK_NOT_FOUND
+    assert alter_chunk(n2, "plain", 0, 0, 2, [1, 2])[0] == ErrorCode.INVALID_CHUNK_ASSIGNMENT
 
     # Transactional: a transaction open while the chunk is created, committed after it; a
     # read_committed consumer reads the 10 plain records from broker 1, the 10 transactional

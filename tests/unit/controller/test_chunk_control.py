@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kafka_ext.controller.chunk_control import ChunkCreation, chunk_replica_caught_up
+from kafka_ext.controller.chunk_control import ChunkChange, ChunkCreation
 from kafka_ext.controller.image import UNASSIGNED_DIR
 from kafka_ext.controller.quorum_controller import QuorumController, TopicCreation
 from kafka_ext.controller.snapshot import read_snapshot_image, write_snapshot
@@ -72,7 +72,7 @@ async def test_alter_chunk_assignments_moves_a_chunk_through_adding_replicas(
     await _register(controller, 0, 1, 2, 3)
     await _create(controller, TopicCreation("orders", assignments={0: [0, 1]}))
     await controller.create_chunks([_creation((2, 3), 10)])
-    assert await controller.alter_chunk_assignments([("orders", 0, 0, 0, (1, 2))]) == [
+    assert await controller.alter_chunk_assignments([ChunkChange("orders", 0, 0, 0, (1, 2))]) == [
         (ErrorCode.NONE, None)]
     [chunk] = _partition(controller, "orders", 0).chunks
     assert chunk.replicas == (1, 2, 0) and chunk.adding_replicas == (2,)
@@ -80,13 +80,14 @@ async def test_alter_chunk_assignments_moves_a_chunk_through_adding_replicas(
     assert chunk.readable_replicas == (0, 1)  # broker 2 is still copying
     # The wrong epoch, an unknown chunk, a move while one is in progress: refused.
     results = await controller.alter_chunk_assignments([
-        ("orders", 0, 0, 0, (1, 3)), ("orders", 0, 3, -1, (1, 3)), ("orders", 0, 0, 1, (1, 3))])
+        ChunkChange("orders", 0, 0, 0, (1, 3)), ChunkChange("orders", 0, 3, -1, (1, 3)),
+        ChunkChange("orders", 0, 0, 1, (1, 3))])
     assert [code for code, _ in results] == [ErrorCode.INVALID_CHUNK_ASSIGNMENT,
                                              ErrorCode.CHUNK_NOT_FOUND,
                                              ErrorCode.REASSIGNMENT_IN_PROGRESS]
     # Broker 2 has copied it all: the move completes and broker 0 leaves.
-    topic_id = controller.image.topics_by_name["orders"].topic_id
-    await controller._commit(chunk_replica_caught_up(topic_id, 0, chunk, 2))
+    assert await controller.alter_chunk_assignments([
+        ChunkChange("orders", 0, 0, caught_up_replica=2)]) == [(ErrorCode.NONE, None)]
     [chunk] = _partition(controller, "orders", 0).chunks
     assert (chunk.replicas, chunk.isr, chunk.adding_replicas, chunk.removing_replicas) == (
         (1, 2), (1, 2), (), ())
@@ -97,8 +98,23 @@ async def test_chunks_survive_a_snapshot(controller: QuorumController, tmp_path:
     await _register(controller, 0, 1, 2)
     await _create(controller, TopicCreation("orders", assignments={0: [0]}))
     await controller.create_chunks([_creation((1,), 8, end=9)])
-    await controller.alter_chunk_assignments([("orders", 0, 0, 0, (2,))])
+    await controller.alter_chunk_assignments([ChunkChange("orders", 0, 0, 0, (2,))])
     path = write_snapshot(tmp_path, controller.image.offset + 1, 1, controller.image, 0)
     restored = read_snapshot_image(path)
     assert restored.topics_by_name["orders"].partitions == \
         controller.image.topics_by_name["orders"].partitions
+
+
+async def test_replicas_whose_copy_is_gone_leave_and_the_last_removes_the_chunk(
+        controller: QuorumController) -> None:
+    await _register(controller, 0, 1, 2, 3)
+    await _create(controller, TopicCreation("orders", assignments={0: [0, 1]}))
+    await controller.create_chunks([_creation((2, 3), 10)])
+    await controller.alter_chunk_assignments([ChunkChange("orders", 0, 0, removed_replica=0)])
+    [chunk] = _partition(controller, "orders", 0).chunks
+    assert (chunk.replicas, chunk.isr) == ((1,), (1,))
+    await controller.alter_chunk_assignments([ChunkChange("orders", 0, 0, removed_replica=1)])
+    assert _partition(controller, "orders", 0).chunks == ()
+    assert await controller.alter_chunk_assignments([
+        ChunkChange("orders", 0, 0, removed_replica=1)]) == [
+        (ErrorCode.CHUNK_NOT_FOUND, "orders-0 has no inactive chunk starting at 0")]
