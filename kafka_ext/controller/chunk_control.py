@@ -38,6 +38,8 @@ class ChunkCreation:
     start_timestamp: int
     prev_stop_offset: int
     prev_end_offset: int
+    prev_max_timestamp: int = -1
+    prev_size_bytes: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +93,13 @@ def _check_replicas(part: PartitionImage, brokers: tuple[int, ...],
                          f"no broker {unknown[0]} is registered")
 
 
-def create_chunk_records(topic: TopicImage, part: PartitionImage, brokers: tuple[int, ...],
-                         registered: set[int], start_offset: int, start_timestamp: int,
-                         prev_stop_offset: int, prev_end_offset: int) -> list[Any]:
+def create_chunk_records(topic: TopicImage, part: PartitionImage, creation: ChunkCreation,
+                         registered: set[int]) -> list[Any]:
     """The ChunkRecord closing the active chunk and the PartitionChangeRecord opening the next
-    one at `start_offset` on `brokers`; KafkaError with the refusal otherwise."""
+    one where its leader said, on the brokers asked for; KafkaError with the refusal
+    otherwise."""
+    brokers, start_offset = creation.brokers, creation.start_offset
+    prev_stop_offset, prev_end_offset = creation.prev_stop_offset, creation.prev_end_offset
     if part.is_diskless:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "a diskless partition has no chunks")
     if part.is_reassigning:
@@ -116,12 +120,13 @@ def create_chunk_records(topic: TopicImage, part: PartitionImage, brokers: tuple
         start_offset=active_start, start_timestamp=part.start_timestamp,
         stop_offset=prev_stop_offset, end_offset=prev_end_offset, chunk_epoch=0,
         replicas=list(part.replicas), directories=list(part.directories), isr=list(part.isr),
-        removing_replicas=[], adding_replicas=[], epoch=part.partition_epoch)
+        removing_replicas=[], adding_replicas=[], epoch=part.partition_epoch,
+        max_timestamp=creation.prev_max_timestamp, size_bytes=creation.prev_size_bytes)
     opened = _record(
         "PartitionChangeRecord", topic_id=topic.topic_id, partition_id=part.partition_id,
         replicas=list(brokers), isr=list(brokers), leader=brokers[0],
         directories=[UNASSIGNED_DIR] * len(brokers), start_offset=start_offset,
-        start_timestamp=start_timestamp)
+        start_timestamp=creation.start_timestamp)
     return [closed, opened]
 
 

@@ -43,6 +43,9 @@ class ChunkImage:
     removing_replicas: tuple[int, ...] = ()
     chunk_epoch: int = 0  # bumped by each ChunkChangeRecord; AlterChunkAssignments checks it
     partition_epoch: int = -1  # the partition's epoch when the chunk was closed
+    # When it was closed: its largest record timestamp and its bytes, for retention (-1: unknown).
+    max_timestamp: int = -1
+    size_bytes: int = -1
 
     def holds(self, offset: int) -> bool:
         """Whether a reader at `offset` reads it from this chunk."""
@@ -363,7 +366,7 @@ def _apply_chunk(delta: MetadataDelta, record: Any) -> None:
         record.start_offset, record.start_timestamp, record.stop_offset, record.end_offset,
         tuple(record.replicas), tuple(record.isr), tuple(record.directories or ()),
         tuple(record.adding_replicas or ()), tuple(record.removing_replicas or ()),
-        record.chunk_epoch, record.epoch)
+        record.chunk_epoch, record.epoch, record.max_timestamp, record.size_bytes)
     others = [c for c in old.chunks if c.start_offset != chunk.start_offset]
     partitions[record.partition_id] = replace(old, chunks=tuple(sorted(
         [*others, chunk], key=lambda c: c.start_offset)))

@@ -648,9 +648,7 @@ class QuorumController:
             for c in requests:
                 try:
                     topic, part = self._reassignable(c.topic, c.partition)
-                    records += create_chunk_records(
-                        topic, part, c.brokers, registered, c.start_offset, c.start_timestamp,
-                        c.prev_stop_offset, c.prev_end_offset)
+                    records += create_chunk_records(topic, part, c, registered)
                 except KafkaError as exc:
                     outcome.append((exc.code, exc.message or None))
                     continue

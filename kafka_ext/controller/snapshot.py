@@ -141,7 +141,8 @@ def _topic_records(image: MetadataImage) -> Iterator[Any]:
                            chunk_epoch=c.chunk_epoch, replicas=list(c.replicas),
                            directories=list(c.directories), isr=list(c.isr),
                            removing_replicas=list(c.removing_replicas),
-                           adding_replicas=list(c.adding_replicas), epoch=c.partition_epoch)
+                           adding_replicas=list(c.adding_replicas), epoch=c.partition_epoch,
+                           max_timestamp=c.max_timestamp, size_bytes=c.size_bytes)
         if topic.deletion is not None:
             yield _new("DeleteTopicPartitionsRecord", topic_id=topic.topic_id,
                        delete_partitions=topic.deletion.first_removed,

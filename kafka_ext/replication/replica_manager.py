@@ -17,10 +17,17 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka_ext.controller.image import MODE_NONE, MetadataImage, PartitionImage, TopicImage
+from kafka_ext.controller.image import (
+    MODE_NONE,
+    ChunkImage,
+    MetadataImage,
+    PartitionImage,
+    TopicImage,
+)
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.record_batch import validate_batches
 from kafka_ext.protocol.records import (
@@ -46,6 +53,12 @@ from kafka_ext.storage.producer_state import AppendOrigin
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True, frozen=True)
+class ChunksBefore:
+    removed: list[tuple[str, int, ChunkImage]]
+    first_kept: int
 
 
 class ReplicaManager:
@@ -191,6 +204,44 @@ class ReplicaManager:
                 if plog is not None and held < plog.log_end_offset:
                     return chunk, plog
         return None
+
+    def expired_chunks(self, now_ms: int) -> list[tuple[str, int, ChunkImage]]:
+        """Inactive chunks of the partitions this broker leads that retention removes whole
+        (seed 000): their newest record older than retention.ms, or the oldest ones while the
+        partition (its chunks as they were closed, and the active log here) holds more than
+        retention.bytes. The leader decides because it alone sees the whole partition."""
+        expired = []
+        for (topic, partition), hosted in self.partitions.items():
+            known = self._image.topics_by_name.get(topic)
+            part = known.partitions.get(partition) if known is not None else None
+            if not hosted.is_leader or part is None or not part.chunks:
+                continue
+            config = hosted.log.config
+            if not config.deletes_by_retention:
+                continue
+            excess = -1
+            if config.retention_bytes >= 0:
+                excess = (hosted.log.size_bytes + sum(max(c.size_bytes, 0) for c in part.chunks)
+                          - config.retention_bytes)
+            for chunk in part.chunks:  # oldest first
+                too_old = (config.retention_ms >= 0 and chunk.max_timestamp >= 0
+                           and now_ms - chunk.max_timestamp > config.retention_ms)
+                too_big = 0 <= chunk.size_bytes <= excess
+                if not (too_old or too_big):
+                    break
+                excess -= max(chunk.size_bytes, 0)
+                expired.append((topic, partition, chunk))
+        return expired
+
+    def chunks_before(self, topic: str, partition: int, offset: int) -> ChunksBefore:
+        """The inactive chunks DeleteRecords to `offset` removes (all of each is below it),
+        and where the partition then starts if a chunk remains (-1: none does)."""
+        known = self._image.topics_by_name.get(topic)
+        part = known.partitions.get(partition) if known is not None else None
+        chunks = part.chunks if part is not None else ()
+        removed = [(topic, partition, c) for c in chunks if c.stop_offset < offset]
+        kept = [c.start_offset for c in chunks if c.stop_offset >= offset]
+        return ChunksBefore(removed, kept[0] if kept else -1)
 
     def chunks_held(self, topic: str, partition: int) -> list[Any]:
         """The inactive chunks of the partition this broker holds a replica of."""

@@ -19,6 +19,7 @@ from kafka_ext.controller.quorum_controller import ConfigChange, TopicCreation
 from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.server.chunks import remove_chunks
 from kafka_ext.server.client_quota_manager import finish_mutation_quota, mutation_quota_for
 from kafka_ext.server.config import (
     describe_broker_configs,
@@ -144,8 +145,14 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
                 if offset < 0 or offset > plog.high_watermark:
                     raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                                      f"offset {p.offset} is beyond the high watermark")
-                plog.delete_records_before(offset)
-                result.low_watermark = plog.log_start_offset
+                # Inactive chunks (seed 000) wholly before the offset go; one the offset falls
+                # inside stays whole (its replicas keep their logs as they are).
+                held = replicas.chunks_before(t.name, p.partition_index, offset)
+                if held.removed:
+                    await remove_chunks(ctx.broker, held.removed, "DeleteRecords")
+                plog.delete_records_before(max(offset, plog.log_start_offset))
+                result.low_watermark = (held.first_kept if held.first_kept >= 0
+                                        else plog.log_start_offset)
             except KafkaError as exc:
                 result.error_code = int(exc.code)
             partitions.append(result)

@@ -585,6 +585,9 @@ class Broker:
                 log.info("retention deleted %d segment(s) of %s-%d", deleted,
                          hosted.topic, hosted.partition)
         await self.remove_deleted_segment_files()
+        expired = self.replica_manager.expired_chunks(now_ms)
+        if expired:
+            await chunks.remove_chunks(self, expired, "retention")
 
     async def remove_deleted_segment_files(self) -> None:
         """Unlink the files of segments that retention or DeleteRecords removed, off the loop."""

@@ -19,6 +19,7 @@ after it, whatever timestamps producers set.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -29,6 +30,7 @@ from kafka_ext.protocol.messages import registry
 from kafka_ext.server.dispatcher import RequestContext
 
 _reg = registry()
+log = logging.getLogger(__name__)
 # How long the leader waits for its followers to hold its whole log before closing a chunk.
 CATCH_UP_TIMEOUT_S = 10.0
 
@@ -90,6 +92,8 @@ async def _fill_in_offsets(hosted: Any, entry: Any) -> None:
     entry.start_offset = last_stable
     entry.prev_stop_offset = last_stable - 1
     entry.prev_end_offset = plog.high_watermark - 1
+    entry.prev_max_timestamp = max((s.largest_timestamp_ms for s in plog.segments), default=-1)
+    entry.prev_size_bytes = plog.size_bytes
     entry.start_timestamp = int(time.time() * 1000)
 
 
@@ -111,7 +115,8 @@ async def _to_controller(ctx: RequestContext, entries: list[Any]
 def _creation(entry: Any) -> ChunkCreation:
     end = entry.prev_end_offset if entry.prev_end_offset >= 0 else entry.prev_stop_offset
     return ChunkCreation(entry.topic_name, entry.partition_id, tuple(entry.broker_ids),
-                         entry.start_offset, entry.start_timestamp, entry.prev_stop_offset, end)
+                         entry.start_offset, entry.start_timestamp, entry.prev_stop_offset, end,
+                         entry.prev_max_timestamp, entry.prev_size_bytes)
 
 
 async def handle_alter_chunk_assignments(ctx: RequestContext, request: Any) -> Any:
@@ -146,6 +151,34 @@ async def report_chunk_change(broker: Any, change: ChunkChange) -> None:
         code, message = ErrorCode(result.error_code), result.error_message
     if code != ErrorCode.NONE:
         raise KafkaError(code, message or "")
+
+
+async def remove_chunks(broker: Any, chunks: list[tuple[str, int, Any]], why: str) -> None:
+    """Drop whole inactive chunks (retention, DeleteRecords): every replica leaves each of
+    them, in one request, and the controller removes the chunks (their replicas then delete
+    their copies as the metadata says). KafkaError when the controller refuses."""
+    changes = [ChunkChange(topic, partition, chunk.start_offset, removed_replica=replica)
+               for topic, partition, chunk in chunks for replica in chunk.replicas]
+    if not changes:
+        return
+    for topic, partition, chunk in chunks:
+        log.info("%s: removing the chunk of %s-%d at offsets %d-%d", why, topic, partition,
+                 chunk.start_offset, chunk.end_offset)
+    if broker.controller.raft.is_leader:
+        outcome = await broker.controller.alter_chunk_assignments(changes)
+    else:
+        Request = _reg["AlterChunkAssignmentsRequest"].cls
+        answer = await broker.forwarding.forward(
+            ApiKey.ALTER_CHUNK_ASSIGNMENTS, 0, Request(chunks=[Request.AlterChunkAssignment(
+                topic_name=c.topic, partition_id=c.partition, start_offset=c.start_offset,
+                chunk_epoch=-1, broker_ids=[], removed_replica=c.removed_replica)
+                for c in changes]), f"kafka-ext-broker-{broker.node_id}")
+        outcome = [(ErrorCode(r.error_code), r.error_message) for r in answer.results]
+    # A chunk already gone (another round removed it) is what we wanted.
+    refused = [(code, message) for code, message in outcome
+               if code not in (ErrorCode.NONE, ErrorCode.CHUNK_NOT_FOUND)]
+    if refused:
+        raise KafkaError(refused[0][0], refused[0][1] or "")
 
 
 def alter_chunk_assignments_error(request: Any, error: KafkaError) -> Any:

@@ -9,13 +9,21 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiokafka
 import kafka
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from kafka_ext.client.probe import identify, round_trip
 from kafka_ext.protocol.api_keys import ApiKey
@@ -147,8 +155,20 @@ def _read_kafkajs(node: Node, topic: str, expected: int) -> list[tuple[int, byte
     return [(offset, value.encode()) for offset, value in answer["records"]]
 
 
-def test_the_proposals_non_transactional_and_transactional_plans(cluster_factory: Any) -> None:
-    cluster: Cluster = cluster_factory(combined=3, extra=REPLICATION)
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One 3-broker cluster for this module's tests (each uses its own topics)."""
+    made = Cluster(tmp_path_factory.mktemp("chunks"), combined=3, extra={
+        **REPLICATION, "log.retention.check.interval.ms": "500"})
+    made.start()
+    yield made
+    problems = made.close()
+    if problems:
+        pytest.fail("\n\n".join(problems))
+
+
+def test_the_proposals_plans(cluster: Cluster) -> None:
+    """The non-transactional, transactional and AlterChunkAssignments plans of the proposal."""
     n1, n2, n3 = cluster.brokers
     # Non-transactional: a partition on broker 1 only, 10 records, a chunk on broker 2, 10 more.
     _create_topic_on(n1, "plain", 1)
@@ -204,3 +224,37 @@ def test_the_proposals_non_transactional_and_transactional_plans(cluster_factory
     transactional.commit_transaction(30)
     got = _consume(n3, "txn", 20, **{"isolation.level": "read_committed"})
     assert got == list(enumerate(first + second))
+
+
+def test_whole_chunks_leave_with_delete_records_and_retention(cluster: Cluster) -> None:
+    """DeleteRecords past a chunk removes it from every replica; retention.bytes removes the
+    oldest chunks once the partition holds more; the partition then starts at what is left."""
+    n1, n2, n3 = cluster.brokers
+    _create_topic_on(n1, "aging", 1)
+    values = [f"v{i}".encode() * 50 for i in range(30)]
+    for leader, (start, end), chunk_on in ((n1, (0, 10), 2), (n2, (10, 20), 3)):
+        _produce(leader, "aging", values[start:end])
+        assert create_chunk(leader, "aging", 0, [chunk_on]) == (0, None)
+        wait_until(lambda chunk_on=chunk_on: partition_state(n1, "aging")[0][0] == chunk_on,
+                   10, f"broker {chunk_on} leads aging-0")
+    _produce(n3, "aging", values[20:])
+    admin = AdminClient({"bootstrap.servers": n1.bootstrap})
+    [future] = admin.delete_records([TopicPartition("aging", 0, 5)]).values()
+    assert future.result(30).low_watermark == 0  # inside the first chunk: it stays whole
+    [future] = admin.delete_records([TopicPartition("aging", 0, 12)]).values()
+    assert future.result(30).low_watermark == 10  # the first chunk went; the second starts at 10
+    wait_until(lambda: [c.start_offset for c in chunks_of(n3, "aging", 0)[1]] == [10], 10,
+               "the first chunk is gone from the metadata")
+    wait_until(lambda: not (cluster.nodes[1].data_dir / "aging-0@0").exists(), 10,
+               "broker 1 deleted its copy")
+    assert _consume(n1, "aging", 20) == [(i, values[i]) for i in range(10, 30)]
+    # retention.bytes: the active chunk alone is below it; with the second chunk it is not.
+    admin.incremental_alter_configs([ConfigResource(
+        "topic", "aging", incremental_configs=[ConfigEntry(
+            "retention.bytes", "1500",
+            incremental_operation=AlterConfigOpType.SET)])])[ConfigResource("topic", "aging")
+                                                              ].result(30)
+    wait_until(lambda: chunks_of(n3, "aging", 0)[1] == [], 20, "retention removed the chunk")
+    wait_until(lambda: not (cluster.nodes[2].data_dir / "aging-0@10").exists(), 10,
+               "broker 2 deleted its copy")
+    assert _consume(n1, "aging", 10) == [(i, values[i]) for i in range(20, 30)]
