@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kafka_ext.protocol.api_keys import ApiKey, Audience
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
-from kafka_ext.server.dispatcher import RequestContext
+from kafka_ext.server.dispatcher import RequestContext, peer_audience_of
+from kafka_ext.server.fetch import RELAY_TIMEOUT_S, chunk_read_replica
 from kafka_ext.storage.log import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -25,6 +27,7 @@ from kafka_ext.storage.log import (
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -5  # the others (-1 to -4) are the log's to resolve
 READ_COMMITTED = 1  # ListOffsets isolation_level (v2+)
 CONSUMER_REPLICA_ID = -1  # ListOffsets replica_id of a consumer (not a follower or a debug tool)
+RELAY_LIST_OFFSETS_VERSION = 7  # a broker asking a chunk's replica (seed 000)
 # The first version that knows each special timestamp; below it, or for any other negative
 # timestamp, Kafka answers the partition UNSUPPORTED_VERSION.
 _SPECIAL_TIMESTAMP_SINCE = {
@@ -59,6 +62,12 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                     result.offset, result.timestamp, result.leader_epoch = await _lookup_diskless(
                         ctx.broker, topic.name, p.partition_index, p.timestamp)
                     continue
+                if p.timestamp >= 0 and ctx.api_version >= 1:  # inactive chunks first
+                    found = await _lookup_in_chunks(ctx, topic.name, p.partition_index,
+                                                    p.timestamp)
+                    if found is not None:
+                        result.offset, result.timestamp, result.leader_epoch = found
+                        continue
                 hosted = replicas.leader_partition(topic.name, p.partition_index)
                 hosted.check_leader_epoch(p.current_leader_epoch)
                 result.offset, result.timestamp, result.leader_epoch = _lookup(
@@ -70,6 +79,67 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                 result.error_code = int(exc.code)
         topics.append(_Offsets.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
     return _Offsets(topics=topics)
+
+
+async def _lookup_in_chunks(ctx: RequestContext, topic: str, partition: int,
+                            timestamp: int) -> tuple[int, int, int] | None:
+    """The first offset at or after `timestamp` when it is in an inactive chunk (seed 000):
+    the chunks are tried oldest first, each that may hold it (its newest record is not older)
+    in the log here when this broker holds it, else through one of its replicas. A replica
+    answers another broker's question from the chunks it holds. None: not in any chunk."""
+    broker = ctx.broker
+    known = broker.controller.image.topics_by_name.get(topic)
+    part = known.partitions.get(partition) if known is not None else None
+    if part is None or not part.chunks:
+        return None
+    leads = (topic, partition) in broker.replica_manager.partitions and \
+        broker.replica_manager.partitions[(topic, partition)].is_leader
+    asked_by_node = peer_audience_of(ctx.connection) == Audience.NODE
+    if not leads and not asked_by_node:
+        return None  # the usual NOT_LEADER_OR_FOLLOWER follows
+    for chunk in part.chunks:
+        if 0 <= chunk.max_timestamp < timestamp:
+            continue
+        found = _lookup_in_chunk(broker, topic, partition, chunk, timestamp)
+        if found is None and not asked_by_node:
+            found = await _ask_chunk_replica(broker, topic, partition, chunk, timestamp)
+        if found is not None:
+            return found
+    return None
+
+
+def _lookup_in_chunk(broker: Any, topic: str, partition: int, chunk: Any,
+                     timestamp: int) -> tuple[int, int, int] | None:
+    plog = broker.log_manager.get_chunk_log(topic, partition, chunk.start_offset)
+    if plog is None or plog.log_end_offset <= chunk.stop_offset:
+        return None
+    found = plog.fetch_offset_by_timestamp(timestamp)
+    if found is None or found.offset > chunk.stop_offset:
+        return None
+    return found.offset, found.timestamp, found.leader_epoch
+
+
+async def _ask_chunk_replica(broker: Any, topic: str, partition: int, chunk: Any,
+                             timestamp: int) -> tuple[int, int, int] | None:
+    replica = chunk_read_replica(broker.controller.image, topic, partition, chunk, "")
+    if replica is None:
+        raise KafkaError(ErrorCode.REPLICA_NOT_AVAILABLE,
+                         f"no replica of the chunk at {chunk.start_offset} is available")
+    Request = registry()["ListOffsetsRequest"].cls
+    ask = Request(replica_id=CONSUMER_REPLICA_ID, isolation_level=0, topics=[
+        Request.ListOffsetsTopic(name=topic, partitions=[Request.ListOffsetsPartition(
+            partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)])])
+    try:
+        answer = await broker.broker_channels.request(replica, ApiKey.LIST_OFFSETS,
+                                                      RELAY_LIST_OFFSETS_VERSION, ask,
+                                                      RELAY_TIMEOUT_S)
+    except (ConnectionError, TimeoutError, OSError) as exc:
+        raise KafkaError(ErrorCode.REPLICA_NOT_AVAILABLE,
+                         f"broker {replica} holding the chunk did not answer: {exc}") from exc
+    got = answer.topics[0].partitions[0]
+    if got.error_code or got.offset < 0 or got.offset > chunk.stop_offset:
+        return None
+    return got.offset, got.timestamp, got.leader_epoch
 
 
 def _earliest_of_chunks(broker: Any, topic: str, partition: int, active_earliest: int) -> int:

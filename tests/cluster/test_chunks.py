@@ -114,6 +114,15 @@ def _consume(node: Node, topic: str, expected: int, **config: Any) -> list[tuple
     return got
 
 
+def consumer_offsets_kafka_python(node: Node, topic: str, timestamp: int) -> int:
+    consumer = kafka.KafkaConsumer(bootstrap_servers=node.bootstrap, group_id=None)
+    try:
+        tp = kafka.TopicPartition(topic, 0)
+        return int(consumer.offsets_for_times({tp: timestamp})[tp].offset)
+    finally:
+        consumer.close()
+
+
 def _read_kafka_python(node: Node, topic: str, expected: int) -> list[tuple[int, bytes]]:
     consumer = kafka.KafkaConsumer(bootstrap_servers=node.bootstrap, group_id=None,
                                    enable_auto_commit=False, auto_offset_reset="earliest")
@@ -258,3 +267,32 @@ def test_whole_chunks_leave_with_delete_records_and_retention(cluster: Cluster) 
     wait_until(lambda: not (cluster.nodes[2].data_dir / "aging-0@10").exists(), 10,
                "broker 2 deleted its copy")
     assert _consume(n1, "aging", 10) == [(i, values[i]) for i in range(20, 30)]
+
+
+def test_offsets_by_time_and_earliest_across_chunks(cluster: Cluster) -> None:
+    """ListOffsets by timestamp finds records that only a chunk's replica holds, and the
+    earliest offset is the first chunk's, through any client's usual calls."""
+    n1, n2, n3 = cluster.brokers
+    _create_topic_on(n1, "timed", 1)
+    base = int(time.time() * 1000) - 60_000
+    producer = Producer({"bootstrap.servers": n1.bootstrap, "acks": "all"})
+    for i in range(10):
+        producer.produce("timed", f"t{i}".encode(), partition=0, timestamp=base + 10 * i)
+    assert producer.flush(30) == 0
+    assert create_chunk(n1, "timed", 0, [3]) == (0, None)
+    wait_until(lambda: partition_state(n2, "timed")[0][0] == 3, 10, "broker 3 leads timed-0")
+    producer = Producer({"bootstrap.servers": n2.bootstrap, "acks": "all"})
+    for i in range(10, 20):
+        producer.produce("timed", f"t{i}".encode(), partition=0, timestamp=base + 10 * i)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": n2.bootstrap, "group.id": "timed"})
+    try:
+        found = [consumer.offsets_for_times([TopicPartition("timed", 0, ts)], 30)[0].offset
+                 for ts in (base + 35, base + 150, base - 1)]
+        assert found == [4, 15, 0]  # in the chunk (broker 1), in the active one, before all
+        low, high = consumer.get_watermark_offsets(TopicPartition("timed", 0), 30)
+        assert (low, high) == (0, 20)
+    finally:
+        consumer.close()
+    found = consumer_offsets_kafka_python(n2, "timed", base + 55)
+    assert found == 6
