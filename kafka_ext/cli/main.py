@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from kafka_ext.cli import (
+    chunks,
     configs,
     console_consumer,
     console_producer,
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     log_dirs.add_parser(subparsers)
     reassign_partitions.add_parser(subparsers)
     leader_election.add_parser(subparsers)
+    chunks.add_parser(subparsers)
     storage.add_parser(subparsers)
     metadata_quorum.add_parser(subparsers)
     configs.add_parser(subparsers)

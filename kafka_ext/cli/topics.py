@@ -2,6 +2,10 @@
 
 Output keeps kafka-topics.sh's plain layout ("Created topic t.", tab-separated describe lines)
 because scripts parse it; `--describe --table` renders the same facts as a rich table for people.
+A partition with inactive chunks (seed 000) gets one line per chunk under its line, then one
+with its active chunk's start offset; the chunks come from Metadata v12's tagged fields, which
+confluent-kafka does not read, so --describe also asks one broker through our codec
+(cli/chunks.py).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from kafka_ext.cli.chunks import ChunkCommandError, ChunkRow, PartitionChunks, partition_chunks
 from kafka_ext.cli.client_config import UsageError, client_config, parse_key_values
 from kafka_ext.client.probe import identify, round_trip
 from kafka_ext.controller.image import MODE_NONE
@@ -41,12 +46,13 @@ class TopicCommandError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class PartitionRow:
-    """One partition as --describe prints it."""
+    """One partition as --describe prints it; `chunks` only when it has inactive chunks."""
 
     partition: int
     leader: int | None
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    chunks: PartitionChunks | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,8 +307,11 @@ def _topic_overrides(admin: AdminClient, names: list[str]) -> dict[str, tuple[tu
     return out
 
 
-def describe_topics(admin: AdminClient, names: list[str]) -> list[TopicRow]:
-    """Partition layout and overrides of the named topics, sorted by name."""
+def describe_topics(admin: AdminClient, names: list[str],
+                    chunks: dict[tuple[str, int], PartitionChunks] | None = None
+                    ) -> list[TopicRow]:
+    """Partition layout and overrides of the named topics, sorted by name; `chunks` are the
+    inactive chunks of the partitions that have some (cli/chunks.py partition_chunks)."""
     if not names:
         return []
     futures = admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
@@ -316,6 +325,7 @@ def describe_topics(admin: AdminClient, names: list[str]) -> list[TopicRow]:
                 leader=None if p.leader is None or p.leader.id < 0 else p.leader.id,
                 replicas=tuple(node.id for node in p.replicas),
                 isr=tuple(node.id for node in p.isr),
+                chunks=(chunks or {}).get((name, p.id)),
             )
             for p in sorted(description.partitions, key=lambda p: p.id))
         rows.append(TopicRow(name, _kafka_uuid(str(description.topic_id)), partitions,
@@ -328,8 +338,19 @@ def _kafka_uuid(text: str) -> str:
     return text.replace("+", "-").replace("/", "_").rstrip("=")
 
 
+def format_chunk_lines(chunks: PartitionChunks) -> list[str]:
+    """Under a partition line: each inactive chunk, oldest first (offsets inclusive: read up to
+    StopOffset, stored up to EndOffset), then where the active chunk starts."""
+    lines = [f"\t\tChunk: inactive\tStartOffset: {c.start_offset}\tStopOffset: {c.stop_offset}"
+             f"\tEndOffset: {c.end_offset}\tReplicas: {','.join(map(str, c.replicas))}"
+             f"\tIsr: {','.join(map(str, c.isr))}" for c in chunks.chunks]
+    lines.append(f"\t\tChunk: active\tStartOffset: {chunks.start_offset}")
+    return lines
+
+
 def format_topic_lines(row: TopicRow, partition_filter: set[int] | None = None) -> list[str]:
-    """kafka-topics.sh --describe lines: one topic line then one line per partition."""
+    """kafka-topics.sh --describe lines: one topic line then one line per partition, followed
+    by its chunk lines when it has inactive chunks."""
     replication_factor = len(row.partitions[0].replicas) if row.partitions else 0
     configs = ",".join(f"{k}={v}" for k, v in row.configs)
     lines = [f"Topic: {row.name}\tTopicId: {row.topic_id}\tPartitionCount: {len(row.partitions)}"
@@ -342,11 +363,31 @@ def format_topic_lines(row: TopicRow, partition_filter: set[int] | None = None) 
             f"\tTopic: {row.name}\tPartition: {p.partition}\tLeader: {leader}"
             f"\tReplicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
             "\tElr: N/A\tLastKnownElr: N/A")
+        if p.chunks is not None:
+            lines += format_chunk_lines(p.chunks)
     return lines
 
 
+def _chunks(args: argparse.Namespace, names: list[str]
+            ) -> dict[tuple[str, int], PartitionChunks]:
+    """The partitions with inactive chunks; a warning on stderr (and no chunk lines) when no
+    broker answers our Metadata request, which speaks PLAINTEXT only."""
+    conf = client_config(args.bootstrap_server, args.command_config, [], "--command-config")
+    protocol = conf.get("security.protocol", "PLAINTEXT").upper()
+    if protocol != "PLAINTEXT":
+        print(f"WARNING: partition chunks not shown: they are read over PLAINTEXT only, "
+              f"not {protocol}", file=sys.stderr)
+        return {}
+    try:
+        return partition_chunks(args.bootstrap_server, names, REQUEST_TIMEOUT_S)
+    except (ChunkCommandError, UsageError) as exc:
+        print(f"WARNING: partition chunks not shown: {exc}", file=sys.stderr)
+        return {}
+
+
 def _describe(admin: AdminClient, args: argparse.Namespace) -> None:
-    rows = describe_topics(admin, _require_topics(admin, args))
+    names = _require_topics(admin, args)
+    rows = describe_topics(admin, names, _chunks(args, names))
     only_problems = args.under_replicated_partitions or args.unavailable_partitions
     if args.table:
         _print_table(rows)
@@ -360,18 +401,31 @@ def _describe(admin: AdminClient, args: argparse.Namespace) -> None:
             under = args.under_replicated_partitions and len(p.isr) < len(p.replicas)
             unavailable = args.unavailable_partitions and p.leader is None
             if under or unavailable:
-                print(format_topic_lines(row, {p.partition})[1])
+                print("\n".join(format_topic_lines(row, {p.partition})[1:]))
 
 
 def _print_table(rows: list[TopicRow]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("Topic", "Partition", "Leader", "Replicas", "Isr", "Configs")
+    with_chunks = any(p.chunks is not None for row in rows for p in row.partitions)
+    columns = ["Topic", "Partition", "Leader", "Replicas", "Isr", "Configs"]
+    table = Table(*columns, *(["Chunks"] if with_chunks else []))
     for row in rows:
         configs = ",".join(f"{k}={v}" for k, v in row.configs)
         for p in row.partitions:
-            table.add_row(row.name, str(p.partition), "none" if p.leader is None else str(p.leader),
-                          ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
-                          configs if p.partition == 0 else "")
+            cells = [row.name, str(p.partition), "none" if p.leader is None else str(p.leader),
+                     ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
+                     configs if p.partition == 0 else ""]
+            if with_chunks:
+                cells.append("" if p.chunks is None else chunk_cell(p.chunks))
+            table.add_row(*cells)
     Console().print(table)
+
+
+def chunk_cell(chunks: PartitionChunks) -> str:
+    """--table's Chunks cell: one line per inactive chunk, then the active chunk's start."""
+    def line(c: ChunkRow) -> str:
+        return (f"{c.start_offset}-{c.stop_offset} (end {c.end_offset}) on "
+                f"{','.join(map(str, c.replicas))}, isr {','.join(map(str, c.isr))}")
+    return "\n".join([*map(line, chunks.chunks), f"active from {chunks.start_offset}"])

@@ -73,7 +73,8 @@ async def handle_create_chunks(ctx: RequestContext, request: Any) -> Any:
     return Response(throttle_time_ms=0, results=[
         Response.CreateChunksTopicPartitionResult(
             topic_name=e.topic_name, partition_id=e.partition_id,
-            error_code=int(results[i][0]), error_message=results[i][1])
+            error_code=int(results[i][0]), error_message=results[i][1],
+            start_offset=e.start_offset if results[i][0] == ErrorCode.NONE else -1)
         for i, e in enumerate(entries)])
 
 

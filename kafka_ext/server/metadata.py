@@ -107,7 +107,8 @@ def _chunk(chunk: ChunkImage) -> Any:
     """An inactive chunk (seed 000), a tagged field stock clients skip."""
     return _Chunk(start_offset=chunk.start_offset, start_timestamp=chunk.start_timestamp,
                   stop_offset=chunk.stop_offset, end_offset=chunk.end_offset,
-                  replica_nodes=list(chunk.replicas), isr_nodes=list(chunk.readable_replicas))
+                  replica_nodes=list(chunk.replicas), isr_nodes=list(chunk.readable_replicas),
+                  chunk_epoch=chunk.chunk_epoch)
 
 
 def _missing_topics(ctx: RequestContext, request: Any, names: list[str]) -> list[Any]:

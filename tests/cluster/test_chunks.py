@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -296,3 +297,88 @@ def test_offsets_by_time_and_earliest_across_chunks(cluster: Cluster) -> None:
         consumer.close()
     found = consumer_offsets_kafka_python(n2, "timed", base + 55)
     assert found == 6
+
+
+CLI = [sys.executable, "-m", "kafka_ext"]
+LAUNCHER = Path(__file__).resolve().parents[2] / "bin" / "kafka-chunks.sh"
+
+
+def run(command: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+
+
+def describe_until(node: Node, topic: str, wanted: list[str], timeout_s: float = 20) -> list[str]:
+    """`topics --describe` lines once they hold every line of `wanted`."""
+    deadline = time.monotonic() + timeout_s
+    lines: list[str] = []
+    while time.monotonic() < deadline:
+        described = run(CLI + ["topics", "--describe", "--topic", topic,
+                               "--bootstrap-server", node.bootstrap])
+        assert described.returncode == 0, described.stderr
+        assert "WARNING" not in described.stderr, described.stderr
+        lines = described.stdout.splitlines()
+        if all(line in lines for line in wanted):
+            return lines
+        time.sleep(0.3)
+    raise AssertionError(f"not within {timeout_s}s: {wanted} in {lines}")
+
+
+def test_the_chunk_tool_creates_and_alters_and_describe_shows_chunks(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """`kafka-ext chunks` (the proposal's kafka-chunks.sh) and the chunk lines of `kafka-ext
+    topics --describe`: create routed to each partition's leader through a bootstrap broker
+    that leads neither, then alter through another."""
+    n1, n2, n3 = cluster.brokers
+    admin = AdminClient({"bootstrap.servers": n1.bootstrap})
+    admin.create_topics([NewTopic("orders", 2, replica_assignment=[[1, 2], [2, 3]])],
+                        operation_timeout=30)["orders"].result(30)
+    wait_until(lambda: {p: s[0] for p, s in partition_state(n3, "orders").items()}
+               == {0: 1, 1: 2}, 20, "orders-0 led by 1, orders-1 by 2")
+    producer = Producer({"bootstrap.servers": n1.bootstrap, "acks": "all"})
+    for i in range(10):
+        producer.produce("orders", f"v{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+
+    # create through broker 3, which leads neither partition: orders-0 goes to broker 1 and
+    # gets a chunk; orders-1 goes to broker 2 and is refused (2 replicas, 1 given).
+    create = tmp_path / "create.json"
+    create.write_text(json.dumps({"partitions": [
+        {"topic": "orders", "partition": 0, "replicas": [2, 3]},
+        {"topic": "orders", "partition": 1, "replicas": [1]}]}))
+    created = run([str(LAUNCHER), "create", "--bootstrap-server", n3.bootstrap,
+                   "--create-chunk-json-file", str(create)])
+    assert created.returncode == 1, created.stdout + created.stderr
+    assert created.stdout == "Created a chunk of orders-0 on brokers [2, 3]\n"
+    assert created.stderr.startswith(
+        "Failed to create a chunk of orders-1: INVALID_CHUNK_ASSIGNMENT: "), created.stderr
+
+    lines = describe_until(n3, "orders", [
+        "\tTopic: orders\tPartition: 0\tLeader: 2\tReplicas: 2,3\tIsr: 2,3\tElr: N/A"
+        "\tLastKnownElr: N/A",
+        "\t\tChunk: inactive\tStartOffset: 0\tStopOffset: 9\tEndOffset: 9\tReplicas: 1,2"
+        "\tIsr: 1,2",
+        "\t\tChunk: active\tStartOffset: 10"])
+    assert len(lines) == 5 and lines[4].startswith("\tTopic: orders\tPartition: 1\tLeader: 2\t")
+
+    # alter through broker 2 (forwarded to the controller): the chunk moves from 1,2 to 3,1;
+    # broker 3 copies it, then broker 2 lets its copy go.
+    alter = tmp_path / "alter.json"
+    alter.write_text(json.dumps({"chunks": [
+        {"topic": "orders", "partition": 0, "startOffset": 0, "replicas": [3, 1],
+         "chunkEpoch": 0}]}))
+    altered = run(CLI + ["chunks", "alter", "--bootstrap-server", n2.bootstrap,
+                         "--alter-chunk-json-file", str(alter)])
+    assert altered.returncode == 0, altered.stdout + altered.stderr
+    assert altered.stdout.splitlines()[0] == (
+        "Started moving the chunk of orders-0 starting at offset 0 to brokers [3, 1]")
+    describe_until(n1, "orders", [
+        "\t\tChunk: inactive\tStartOffset: 0\tStopOffset: 9\tEndOffset: 9\tReplicas: 3,1"
+        "\tIsr: 1,3",
+        "\t\tChunk: active\tStartOffset: 10"])
+
+    # The same epoch again is stale now: refused, exit 1, nothing printed on stdout.
+    again = run(CLI + ["chunks", "alter", "--bootstrap-server", n2.bootstrap,
+                       "--alter-chunk-json-file", str(alter)])
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr.startswith("Failed to move the chunk of orders-0 starting at offset 0: "
+                                   "INVALID_CHUNK_ASSIGNMENT: chunk epoch 0 given"), again.stderr
