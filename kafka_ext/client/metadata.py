@@ -77,6 +77,12 @@ class TopicMetadata:
     error: ErrorCode = ErrorCode.NONE
     is_internal: bool = False
     topic_id: Any = None
+    # Computed once: the producer asks for every record it places.
+    _writable: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_writable", tuple(sorted(
+            p for p, info in self.partitions.items() if info.writable)))
 
     @property
     def partition_count(self) -> int:
@@ -85,9 +91,9 @@ class TopicMetadata:
         return len(self.partitions)
 
     @property
-    def writable_partitions(self) -> list[int]:
+    def writable_partitions(self) -> tuple[int, ...]:
         """Indexes a producer may choose, ascending."""
-        return sorted(p for p, info in self.partitions.items() if info.writable)
+        return self._writable
 
     @property
     def readable_partitions(self) -> list[int]:
