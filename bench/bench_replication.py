@@ -788,63 +788,56 @@ def _ms(seconds: float) -> str:
 
 
 READING = """
-**Reading the numbers** (written by hand from the run above, on a quiet machine, and from the
-investigations behind it; earlier runs with other jobs on the cores gave RF 3 / RF 1 ratios of
-0.44-0.56 and follower costs of 1.3-2.0x the produce path):
+**Reading the numbers** (written by hand from the run above and from the investigations behind
+it; runs with other jobs on the cores gave RF 3 / RF 1 ratios of 0.44-0.59):
 
-- *Throughput.* RF 3 costs the brokers four to five times the CPU per GB of RF 1 (three
-  appends, two followers' fetches served, two fetch-and-append paths: table 2). Three brokers
-  and the Python client share two cores: RF 1 is bound by the client (121% of a core), RF 3 by
-  the machine (brokers 5.0 s/GB x 0.23 GB/s + client 0.8 = two cores). The ratio is a CPU
-  ratio on this box, not a protocol limit. With the cluster tests' replica.lag.time.max.ms=2000
-  the followers fell a few MB behind a full-speed producer and left the ISR in one or two of
-  every three RF 3 runs (acks=all then waits for the leader alone), hence Kafka's 30 s here.
-- *Follower CPU: 1.6x the produce path, not at most 1x as the issue expects.* py-spy on a
-  follower during an RF 3 run: about half of its busy main-thread time is asyncio's
-  StreamReader (`feed_data`'s bytearray.extend ~42%, `readexactly`'s copy out ~12%), because
-  `network/node_client.py` reads every Fetch answer with `readexactly`: two copies of each
-  replicated byte into freshly allocated memory (perf: memmove 17% and page clearing / faults
-  ~10% of the follower's CPU); the append itself (`pwrite`) is ~16%. The produce path reads
-  frames straight into pooled buffers (`KafkaConnection` is a BufferedProtocol); doing the same
-  for inter-broker answers should remove most of the gap. The leader with two followers costs
-  2.4x its produce path: about 0.57 CPU s per GB sent to a follower, mostly writing the segment
-  mmap's pages to sockets, and a segment that grew is mapped anew for the next fetch (100-250k
-  minor faults per GB on the leader, against under 11k with RF 1).
+- *Throughput.* RF 3 costs the brokers about four times the CPU per GB of RF 1 (three appends,
+  two followers' fetches served, two fetch-and-append paths: table 2). Three brokers and the
+  Python client share two cores: RF 1 is bound by the client (124% of a core), RF 3 by the
+  machine. The ratio is a CPU ratio on this box, not a protocol limit. With the cluster tests'
+  replica.lag.time.max.ms=2000 the followers fell a few MB behind a full-speed producer and left
+  the ISR in one or two of every three RF 3 runs (acks=all then waits for the leader alone),
+  hence Kafka's 30 s here.
+- *Follower CPU: 1.10-1.12x the produce path* (it was 1.6x before the follower's Fetch answers
+  were read into pooled buffers: `network/frames.py`, a BufferedProtocol shared with client
+  connections, the records appended as views of the received frame). py-spy on a follower now:
+  about two thirds of its busy time is the `pwrite` of the append itself, the kernel copying
+  into the page cache, which the leader's produce path pays too; the rest is the event loop,
+  CRC checks and the per-fetch bookkeeping. The remaining 10% is within what three brokers'
+  writes cost the page cache against one's; the issue's "at most 1x" is not quite met. The
+  leader with two followers costs 2x its produce path: about 0.4 CPU s per GB sent to a
+  follower, mostly writing the segment mmap's pages to sockets, and a segment that grew is
+  mapped anew for the next fetch (many minor faults on the leader).
 - *Latency.* An acks=all record waits for a follower round trip: its parked fetch wakes, the
   answer goes out, the follower appends and fetches again, which moves the high watermark;
   three processes on two cores make each hop a wake-up (p50 3.8 ms against 0.5 ms with RF 1).
   One acknowledged value is sent before the clock: a follower whose first fetch for a new topic
   reaches the leader before the leader's metadata has the topic is refused (UNKNOWN_TOPIC_ID)
-  and waits replica.fetch.backoff.ms (1 s); without that warm-up acks=all stalled 0.4-0.9 s
-  right after every topic creation (4 of 4 rounds, p99 215-715 ms).
-- *Failover* (5.6 s median; 6.3 s in the 2 rounds where the killed leader was also the active
-  controller, a controller election on top). The controller fences the killed broker once its
-  session (3 s from its last heartbeat, so 2.5-3 s after the kill) has expired, but
-  `fence_expired_brokers` runs only every half session (1.5 s; Kafka schedules the fence at the
-  earliest session deadline, QuorumController.rescheduleMaybeFenceStaleBrokers): a survivor
-  names the new leader after 4.0 s. The other survivor names it 0.50 s later in 18 of 20
-  rounds (below). The last 1.1 s is the producer finding the new leader (librdkafka's metadata
-  refresh and retry backoff) and the remaining follower's first fetch from it.
+  and waits replica.fetch.backoff.ms (1 s), as Kafka's follower does; without that warm-up
+  acks=all stalled up to a second right after a topic creation.
+- *Failover* (4.1 s median, 6.0 s in the round where the killed leader was also the active
+  controller: a controller election on top). The controller fences a broker at its session
+  deadline (3 s after its last heartbeat, so 2.5-3 s after the kill; Kafka schedules the fence
+  the same way), and both survivors name the new leader within milliseconds of each other (2.8 s
+  median). The last 1.3 s is the producer finding the new leader (librdkafka's metadata refresh
+  and retry backoff) and the remaining follower's first fetch from it. Before this run the fence
+  ran every half session (+0-1.5 s) and the second survivor learned the leader 0.5 s after the
+  first (next point): 5.6 s median.
 - *Reassignment.* The throttle holds to a few hundredths of a second: the copy takes size /
   throttle less the one second's worth the token bucket lets through at once, so short copies
-  show a little above the throttle. Unthrottled, 101 MB crossed in 0.12 s (320-830 MB/s over
-  the runs). The rest is fixed cost: the move is done 0.2-0.7 s after the last byte (the
-  follower's ISR join and the controller's completion reaching the brokers), an empty
-  partition's after 0.7 s; the new replica can learn of its assignment 0.5 s late (the 0.51 s
-  first byte), and when its first fetch beats the leader's metadata it is refused and waits
-  replica.fetch.backoff.ms (first bytes at 1.0 s in earlier runs).
-- *Metadata reaches the other nodes half a second late* (the 0.5 s steps above). The raft
-  leader parks a fetch at its log end without asking whether the fetching node knows the
-  current high watermark (`raft/core.py`, `_handle_fetch_request`): the fetch that advances it
-  completes the other parked fetches, then parks itself, so nobody learns the new high
-  watermark until the next append or fetch_max_wait_ms (500 ms). Measured: a topic config
-  change was visible on the controller after 1-4 ms and on the two other nodes after a median
-  505 ms (29 and 26 of 30 changes at 496 ms or more). A broker forwarding an admin request
-  answers once its own metadata has caught up (`server/forwarding.py`), so requests through a
-  non-controller broker after any change take ~0.5 s too (the reassignment is therefore polled
-  at the active controller). Kafka had the same gap until KIP-1166 (KAFKA-14145,
-  apache/kafka#19800: Fetch carries the follower's high watermark and the leader answers at
-  once when it is behind).
+  show a little above the throttle. Unthrottled, 101 MB crossed in 0.15 s. The rest is fixed
+  cost: the move is done 0.02-0.2 s after the last byte (the follower's ISR join and the
+  controller's completion reaching the brokers), an empty partition's after 0.2 s (0.7 s
+  before the metadata fix below).
+- *Metadata on the other nodes.* The raft leader used to park a fetch at its log end without
+  asking whether the fetching node knew the current high watermark: the fetch that advanced it
+  completed the other parked fetches, then parked itself, so its sender learned the new high
+  watermark only at the next append or after fetch_max_wait_ms (500 ms): a config change was
+  visible on the controller after 1-4 ms and on the other nodes after a median 505 ms. The
+  leader now answers at once a fetch from a replica it has not yet sent the current high
+  watermark (`raft/core.py`, `_handle_fetch_request`), which it knows from what it answered
+  last; Kafka closed the same gap in KIP-1166 by having Fetch carry the follower's high
+  watermark (KAFKA-14145).
 """
 
 
