@@ -598,12 +598,14 @@ class Consumer:
 
     async def _fetch(self, wait_ms: float) -> None:
         by_leader: dict[int, list[TopicPartition]] = {}
+        metadata = self._client.metadata
         for tp in self._fetchable():
-            leader = self._client.metadata.leader_of(tp)
-            if leader < 0:
+            # The leader, or a replica of the inactive chunk the position is in (seed 000).
+            node = metadata.read_node_of(tp, self._positions[tp])
+            if node < 0:
                 self._metadata_stale = True
                 continue
-            by_leader.setdefault(leader, []).append(tp)
+            by_leader.setdefault(node, []).append(tp)
         if not by_leader:
             idle_s = wait_ms / 1000
             if self._metadata_stale or self._gate.pending:
@@ -654,6 +656,10 @@ class Consumer:
 
     def _on_fetched(self, tp: TopicPartition, fetch_offset: int, answer: Any) -> None:
         code = _code(answer.error_code)
+        if code == ErrorCode.NONE and answer.preferred_read_replica >= 0:
+            # Sent elsewhere (seed 000: a chunk moved or was created since our metadata).
+            self._metadata_stale = True
+            return
         if code == ErrorCode.NONE:
             aborted = [(a.producer_id, a.first_offset) for a in answer.aborted_transactions or ()]
             fetched = decode_fetched(tp.topic, tp.partition, answer.records, fetch_offset,

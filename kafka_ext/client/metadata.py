@@ -8,6 +8,7 @@ written, None ones are neither (docs/protocol.md, "Our tagged fields").
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, NamedTuple
@@ -45,6 +46,20 @@ class BrokerInfo:
 
 
 @dataclass(slots=True, frozen=True)
+class ChunkMetadata:
+    """An inactive chunk of a partition (seed 000, Metadata's tagged Chunks): offsets
+    [start_offset, stop_offset] are read from any of its in-sync replicas, never the leader."""
+
+    start_offset: int
+    start_timestamp: int
+    stop_offset: int
+    end_offset: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    chunk_epoch: int = -1
+
+
+@dataclass(slots=True, frozen=True)
 class PartitionMetadata:
     """One partition of a Metadata response; `leader` is -1 while there is none."""
 
@@ -56,6 +71,16 @@ class PartitionMetadata:
     isr: tuple[int, ...]
     error: ErrorCode = ErrorCode.NONE
     mode: PartitionMode = PartitionMode.READ_WRITE
+    # Chunks (seed 000): where the active chunk starts (-1: no chunks) and the inactive ones.
+    start_offset: int = -1
+    chunks: tuple[ChunkMetadata, ...] = ()
+
+    def chunk_at(self, offset: int) -> ChunkMetadata | None:
+        """The inactive chunk a reader at `offset` reads from; None: the active chunk."""
+        if self.start_offset < 0 or offset >= self.start_offset:
+            return None
+        return next((c for c in self.chunks if c.start_offset <= offset <= c.stop_offset),
+                    None)
 
     @property
     def writable(self) -> bool:
@@ -122,6 +147,24 @@ class ClusterMetadata:
         info = self.partition(tp)
         return -1 if info is None else info.leader
 
+    def read_node_of(self, tp: TopicPartition, offset: int) -> int:
+        """Where a consumer at `offset` fetches: the leader, or for an offset of an inactive
+        chunk (seed 000) one of its in-sync replicas the metadata lists as a live broker,
+        chosen by a hash of the chunk as the brokers choose (server/fetch.py
+        chunk_read_replica), so readers of a chunk spread over partitions and stay put.
+        -1 when there is none."""
+        info = self.partition(tp)
+        if info is None:
+            return -1
+        chunk = info.chunk_at(offset)
+        if chunk is None:
+            return info.leader
+        live = [r for r in chunk.isr if r in self.brokers]
+        if not live:
+            return -1
+        key = f"{tp.topic}-{tp.partition}@{chunk.start_offset}".encode()
+        return live[zlib.crc32(key) % len(live)]
+
     def merged(self, newer: ClusterMetadata, topics_asked: frozenset[str] | None
                ) -> ClusterMetadata:
         """`newer` plus the topics of this snapshot that the refresh did not ask about."""
@@ -144,7 +187,11 @@ def cluster_from_response(response: Any) -> ClusterMetadata:
             p.partition_index: PartitionMetadata(
                 topic=t.name, partition=p.partition_index, leader=p.leader_id,
                 leader_epoch=p.leader_epoch, replicas=tuple(p.replica_nodes),
-                isr=tuple(p.isr_nodes), error=_code(p.error_code), mode=mode_of(p.mode))
+                isr=tuple(p.isr_nodes), error=_code(p.error_code), mode=mode_of(p.mode),
+                start_offset=p.start_offset, chunks=tuple(
+                    ChunkMetadata(c.start_offset, c.start_timestamp, c.stop_offset,
+                                  c.end_offset, tuple(c.replica_nodes), tuple(c.isr_nodes),
+                                  c.chunk_epoch) for c in p.chunks or ()))
             for p in t.partitions}
         topics[t.name] = TopicMetadata(t.name, partitions, _code(t.error_code), t.is_internal,
                                        t.topic_id)

@@ -100,6 +100,12 @@ def create_chunk_records(topic: TopicImage, part: PartitionImage, creation: Chun
     otherwise."""
     brokers, start_offset = creation.brokers, creation.start_offset
     prev_stop_offset, prev_end_offset = creation.prev_stop_offset, creation.prev_end_offset
+    closed = part.chunks[-1] if part.chunks else None
+    if (closed is not None and part.start_offset == start_offset and part.replicas == brokers
+            and (closed.stop_offset, closed.end_offset) == (prev_stop_offset, prev_end_offset)):
+        # Already done: a leader retries a forwarded CreateChunks whose controller committed
+        # it and died before answering.
+        return []
     if part.is_diskless:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "a diskless partition has no chunks")
     if part.is_reassigning:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -19,6 +20,12 @@ from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import OffsetSpec as AdminOffsetSpec
 
+from kafka_ext.client.metadata import ClusterMetadata, cluster_from_response
+from kafka_ext.client.metadata import TopicPartition as ClientTopicPartition
+from kafka_ext.client.probe import identify, round_trip
+from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.errors import DecodeError, KafkaError
+from kafka_ext.protocol.messages import registry
 from kafka_ext.spark.options import (
     EARLIEST,
     LATEST,
@@ -28,7 +35,13 @@ from kafka_ext.spark.options import (
     OffsetSpec,
     SubscriptionKind,
 )
-from kafka_ext.spark.planning import LeaderLocator, ReplicaLocation, ReplicaLocator
+from kafka_ext.spark.planning import (
+    ChunkLocator,
+    ChunkPiece,
+    LeaderLocator,
+    ReplicaLocation,
+    ReplicaLocator,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +113,27 @@ class KafkaOffsetReader:
 
     def replica_locator(self, leaders: Mapping[TopicPartitionKey, ReplicaLocation | None]
                         ) -> ReplicaLocator:
-        """Where planned ranges are read: today each partition's leader. The chunk issue returns
-        a locator here that cuts ranges at chunk boundaries, one replica per chunk."""
-        return LeaderLocator(leaders)
+        """Where planned ranges are read: each partition's leader, or for the offsets of an
+        inactive chunk (seed 000) the replica of it a reader is sent to. Chunks are in
+        Metadata's tagged fields, which librdkafka does not read: one Metadata request goes
+        through our codec (PLAINTEXT only; without it every range is read via the leader,
+        which sends librdkafka to the chunk's replica itself)."""
+        cluster = _cluster_metadata(str(self.options.consumer_config.get("bootstrap.servers", "")),
+                                    sorted({topic for topic, _ in leaders}))
+        if cluster is None:
+            return LeaderLocator(leaders)
+        chunks: dict[TopicPartitionKey, list[ChunkPiece]] = {}
+        for topic, partition in leaders:
+            info = cluster.partition(ClientTopicPartition(topic, partition))
+            for chunk in info.chunks if info is not None else ():
+                node = cluster.read_node_of(ClientTopicPartition(topic, partition),
+                                            chunk.start_offset)
+                broker = cluster.brokers.get(node)
+                replica = (None if broker is None
+                           else ReplicaLocation(node, broker.host, broker.port))
+                chunks.setdefault((topic, partition), []).append(
+                    ChunkPiece(chunk.start_offset, chunk.stop_offset + 1, replica))
+        return ChunkLocator(leaders, chunks) if chunks else LeaderLocator(leaders)
 
     def earliest(self, partitions: Iterable[TopicPartitionKey]) -> PartitionOffsets:
         """Log start offsets; a partition that no longer exists is left out of every answer."""
@@ -181,6 +212,24 @@ class KafkaOffsetReader:
                 log.warning("kafka-ext source: %s failed (%s); retrying", what, exc)
                 time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
         raise AssertionError("unreachable")
+
+
+def _cluster_metadata(bootstrap: str, topics: list[str]) -> ClusterMetadata | None:
+    """The topics' metadata with their chunks, from the first bootstrap broker that answers
+    Metadata v12 through our codec; None when none does (or the listener is not PLAINTEXT)."""
+    Request = registry().requests[ApiKey.METADATA].cls
+    request = Request(topics=[Request.MetadataRequestTopic(name=t) for t in topics],
+                      allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    for address in filter(None, (a.strip() for a in bootstrap.split(","))):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=ADMIN_TIMEOUT_S) as sock:
+                sock.settimeout(ADMIN_TIMEOUT_S)
+                identify(sock)
+                return cluster_from_response(round_trip(sock, ApiKey.METADATA, 12, request, 1))
+        except (OSError, ValueError, KafkaError, DecodeError) as exc:
+            log.debug("chunk metadata from %s: %s", address, exc)
+    return None
 
 
 def _gone(exc: KafkaException) -> bool:

@@ -1,9 +1,11 @@
 """Read planning: offset ranges of topic-partitions -> read tasks, one Spark input partition each.
 
 Plays the part of Spark's `KafkaOffsetRangeCalculator`. Planning is pure and runs on the driver:
-a `ReplicaLocator` first says where each range can be read (today the partition leader; the chunk
-issue plugs in a locator that cuts a range at chunk boundaries and picks a replica per chunk), then
-`plan_read_tasks` splits the located pieces for `minPartitions` / `maxRecordsPerPartition`.
+a `ReplicaLocator` first says where each range can be read (the partition leader, or with
+partition chunks (seed 000) a replica of each inactive chunk the range crosses: `ChunkLocator`),
+then `plan_read_tasks` splits the located pieces for `minPartitions` / `maxRecordsPerPartition`.
+One task per chunk piece means the chunks of a partition are read from their replicas in
+parallel.
 """
 
 from __future__ import annotations
@@ -73,6 +75,42 @@ class LeaderLocator:
         replica = self._leaders.get((offset_range.topic, offset_range.partition))
         return [ReadTask(offset_range.topic, offset_range.partition, offset_range.start_offset,
                          offset_range.end_offset, replica)]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPiece:
+    """Offsets [start_offset, end_offset) of an inactive chunk's readable range, and the replica
+    chosen to read them from (None: none is live; the leader sends readers on)."""
+
+    start_offset: int
+    end_offset: int
+    replica: ReplicaLocation | None
+
+
+class ChunkLocator:
+    """Cuts each range at the partition's chunk boundaries: a piece inside an inactive chunk
+    is read from the replica chosen for it, the rest from the leader."""
+
+    def __init__(self, leaders: Mapping[tuple[str, int], ReplicaLocation | None],
+                 chunks: Mapping[tuple[str, int], list[ChunkPiece]]) -> None:
+        self._leaders = leaders
+        self._chunks = chunks
+
+    def locate(self, offset_range: PartitionRange) -> list[ReadTask]:
+        key = (offset_range.topic, offset_range.partition)
+        pieces: list[ReadTask] = []
+        start = offset_range.start_offset
+        for chunk in sorted(self._chunks.get(key, ()), key=lambda c: c.start_offset):
+            low, high = max(start, chunk.start_offset), min(offset_range.end_offset,
+                                                            chunk.end_offset)
+            if low < high:
+                if low > start:  # a gap before the chunk: the leader answers for it
+                    pieces.append(ReadTask(*key, start, low, self._leaders.get(key)))
+                pieces.append(ReadTask(*key, low, high, chunk.replica))
+                start = high
+        if start < offset_range.end_offset:
+            pieces.append(ReadTask(*key, start, offset_range.end_offset, self._leaders.get(key)))
+        return pieces
 
 
 def plan_read_tasks(ranges: Iterable[PartitionRange], locator: ReplicaLocator,

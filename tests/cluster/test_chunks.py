@@ -9,7 +9,9 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -382,3 +384,127 @@ def test_the_chunk_tool_creates_and_alters_and_describe_shows_chunks(
     assert again.returncode == 1 and again.stdout == ""
     assert again.stderr.startswith("Failed to move the chunk of orders-0 starting at offset 0: "
                                    "INVALID_CHUNK_ASSIGNMENT: chunk epoch 0 given"), again.stderr
+
+
+def test_a_reader_goes_on_when_the_chunk_replica_it_reads_is_killed(cluster: Cluster) -> None:
+    """A chunk with two replicas: kill -9 the one a consumer was sent to, mid-read; the
+    consumer ends up on the other and reads every record once, in order."""
+    n1, n2, n3 = cluster.brokers
+    admin = AdminClient({"bootstrap.servers": n1.bootstrap})
+    admin.create_topics([NewTopic("sturdy", 1, replica_assignment=[[1, 2]])],
+                        operation_timeout=30)["sturdy"].result(30)
+    wait_until(lambda: partition_state(n3, "sturdy").get(0, (-1,))[0] == 1, 20, "sturdy led")
+    values = [f"s{i:05d}".encode() * 100 for i in range(2000)]
+    _produce(n1, "sturdy", values, **{"batch.size": 16_384})  # ~25 records a batch
+    assert create_chunk(n1, "sturdy", 0, [2, 3]) == (0, None)
+    wait_until(lambda: chunks_of(n3, "sturdy", 0)[0] == 2000, 10, "the chunk everywhere")
+    _, [chunk] = chunks_of(n3, "sturdy", 0)
+    # Where the leader sends readers: both replicas live, no rack.
+    reading = sorted(chunk.isr_nodes)[zlib.crc32(b"sturdy-0@0") % 2]
+    consumer = Consumer({"bootstrap.servers": n3.bootstrap, "group.id": "sturdy",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         # Small fetches and a small prefetch queue: most of the chunk is
+                         # still to be fetched when its replica dies.
+                         "fetch.max.bytes": 20_000, "max.partition.fetch.bytes": 20_000,
+                         "message.max.bytes": 20_000, "queued.max.messages.kbytes": 64,
+                         "topic.metadata.refresh.interval.ms": 1000})
+    consumer.assign([TopicPartition("sturdy", 0, OFFSET_BEGINNING)])
+    got: list[tuple[int, bytes]] = []
+    killed = False
+    deadline = time.monotonic() + 90
+    try:
+        while len(got) < len(values) and time.monotonic() < deadline:
+            for message in consumer.consume(50, 0.5):
+                assert message.error() is None, message.error()
+                got.append((message.offset(), message.value()))
+            if not killed and len(got) >= 300:
+                cluster.nodes[reading].kill()
+                killed = True
+    finally:
+        consumer.close()
+        if killed:
+            cluster.nodes[reading].start()
+            cluster.nodes[reading].wait_ready()
+    assert killed
+    assert got == list(enumerate(values))
+
+
+def test_a_controller_killed_during_create_chunks_applies_all_of_it_or_none(
+        cluster: Cluster) -> None:
+    """kill -9 of the active controller while a CreateChunks is on its way: afterwards every
+    node shows either the chunk closed and the partition on its new replica, or neither."""
+    controller = cluster.wait_for_leader(cluster.brokers)
+    leader, target = [n for n in sorted(cluster.nodes) if n != controller]
+    _create_topic_on(cluster.nodes[leader], "atomic", leader)
+    _produce(cluster.nodes[leader], "atomic", [f"x{i}".encode() for i in range(10)])
+    outcome: list[tuple[int, str]] = []
+    sender = threading.Thread(target=lambda: outcome.append(
+        create_chunk(cluster.nodes[leader], "atomic", 0, [target])))
+    sender.start()
+    time.sleep(0.005)
+    cluster.nodes[controller].kill()
+    survivors = [n for n in cluster.brokers if n.node_id != controller]
+    try:
+        cluster.wait_for_leader(survivors, not_=controller)
+        sender.join(60)
+        assert outcome and outcome[0][0] in (0, ErrorCode.REQUEST_TIMED_OUT), outcome
+    finally:
+        cluster.nodes[controller].start()
+        cluster.nodes[controller].wait_ready()
+
+    def state(node: Node) -> tuple[int, list[Any], int]:
+        start, chunks = chunks_of(node, "atomic", 0)
+        return start, [(c.start_offset, c.stop_offset, c.replica_nodes) for c in chunks], \
+            partition_state(node, "atomic")[0][0]
+
+    whole = (10, [(0, 9, [leader])], target)
+    none = (-1, [], leader)
+    wait_until(lambda: len({str(state(n)) for n in cluster.brokers}) == 1, 20,
+               "every node agrees")
+    assert state(cluster.nodes[leader]) in (whole, none)
+    if outcome[0][0] == 0:
+        assert state(cluster.nodes[leader]) == whole
+    assert _consume(cluster.nodes[target], "atomic", 10) == [
+        (i, f"x{i}".encode()) for i in range(10)]
+
+
+def test_our_client_reads_inactive_chunks_from_their_replicas(cluster: Cluster) -> None:
+    """Our consumer picks a chunk's replica from the metadata (no redirect, no relay) and
+    seeks into inactive chunks by offset and by time."""
+    from kafka_ext.client import Consumer as OurConsumer
+    from kafka_ext.client import TopicPartition as OurTopicPartition
+
+    n1, n2, n3 = cluster.brokers
+    _create_topic_on(n1, "ours", 1)
+    base = int(time.time() * 1000) - 60_000
+    producer = Producer({"bootstrap.servers": n1.bootstrap, "acks": "all"})
+    for i in range(30):
+        if i in (10, 20):
+            assert producer.flush(30) == 0
+            brokers = [2] if i == 10 else [3]
+            leader = cluster.nodes[1 if i == 10 else 2]
+            assert create_chunk(leader, "ours", 0, brokers) == (0, None)
+            wait_until(lambda brokers=brokers: partition_state(n1, "ours")[0][0] == brokers[0],
+                       10, "the new leader")
+            producer = Producer({"bootstrap.servers": n1.bootstrap, "acks": "all"})
+        producer.produce("ours", f"o{i}".encode(), partition=0, timestamp=base + 10 * i)
+    assert producer.flush(30) == 0
+    tp = OurTopicPartition("ours", 0)
+
+    async def read() -> tuple[list[tuple[int, bytes]], list[int], int]:
+        async with OurConsumer(n3.bootstrap, auto_offset_reset="earliest") as consumer:
+            consumer.assign([tp])
+            got: list[tuple[int, bytes]] = []
+            deadline = time.monotonic() + 30
+            while len(got) < 30 and time.monotonic() < deadline:
+                got += [(r.offset, r.value) for r in await consumer.poll(500)]
+            metadata = consumer._client.metadata
+            nodes = [metadata.read_node_of(tp, offset) for offset in (0, 15, 25)]
+            await consumer.seek_to_time(tp, base + 125)
+            position = await consumer.position(tp)
+        return got, nodes, position
+
+    got, nodes, position = asyncio.run(read())
+    assert got == [(i, f"o{i}".encode()) for i in range(30)]
+    assert nodes == [1, 2, 3]  # the first chunk on 1, the second on 2, the active one led by 3
+    assert position == 13

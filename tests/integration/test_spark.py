@@ -614,3 +614,48 @@ def test_task_of_a_topic_deleted_after_planning_fails_or_reads_nothing_per_fail_
     else:
         assert read_range(broker.bootstrap, topic, 0, 10, fail_on_data_loss=False,
                           poll_timeout_ms=2_000) == []
+
+
+def _create_chunk_here(broker: Any, topic: str) -> None:
+    """CreateChunks of partition 0 onto the same broker (a single node may chunk its own
+    partition: the old log is sealed as a chunk, a new one starts)."""
+    import socket
+
+    from kafka_ext.client.probe import identify, round_trip
+    from kafka_ext.protocol.api_keys import ApiKey
+    from kafka_ext.protocol.messages import registry
+
+    Metadata = registry().requests[ApiKey.METADATA].cls
+    Request = registry().requests[ApiKey.CREATE_CHUNKS].cls
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:
+        identify(sock)
+        meta = round_trip(sock, ApiKey.METADATA, 12, Metadata(
+            topics=[Metadata.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False), 1)
+        leader = meta.topics[0].partitions[0].leader_id
+        answer = round_trip(sock, ApiKey.CREATE_CHUNKS, 0, Request(topic_partitions=[
+            Request.CreateChunksTopicPartition(topic_name=topic, partition_id=0,
+                                               broker_ids=[leader], start_offset=-1,
+                                               start_timestamp=-1, prev_stop_offset=-1)]), 2)
+    assert answer.results[0].error_code == 0, answer.results[0]
+
+
+def test_a_partition_with_chunks_is_read_in_one_task_per_chunk(spark: Any, broker: Any) -> None:
+    """Partition chunks (seed 000): the planner cuts the partition at its chunk boundaries, so
+    each chunk is its own task, read from the chunk's replica; every record comes back."""
+    from pyspark.sql.functions import count, max, min, spark_partition_id
+
+    topic = new_topic_name("spark-chunks")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    for _ in range(2):
+        produce(broker.bootstrap, topic, make_records(300))
+        _create_chunk_here(broker, topic)
+    produce(broker.bootstrap, topic, make_records(300))
+    df = read(spark, broker.bootstrap, subscribe=topic)
+    assert df.rdd.getNumPartitions() == 3
+    spans = sorted(
+        (r["lo"], r["hi"], r["n"])
+        for r in df.groupBy(spark_partition_id().alias("task"))
+        .agg(min("offset").alias("lo"), max("offset").alias("hi"), count("*").alias("n"))
+        .collect())
+    assert spans == [(0, 299, 300), (300, 599, 300), (600, 899, 300)]

@@ -38,6 +38,9 @@ async def test_create_chunks_closes_the_active_chunk_and_opens_one_on_new_replic
     assert (chunk.replicas, chunk.isr, chunk.chunk_epoch) == ((0,), (0,), 0)
     assert chunk.partition_epoch == before.partition_epoch
     assert part.chunk_at(5) == chunk and part.chunk_at(8) is None and part.chunk_at(9) is None
+    # The same request again (a retry after the controller died before answering): done.
+    assert await controller.create_chunks([_creation((1,), 8, end=9)]) == [(ErrorCode.NONE, None)]
+    assert _partition(controller, "orders", 0) == part
     # A second chunk: it starts where the active one did.
     assert await controller.create_chunks([_creation((2,), 20)]) == [(ErrorCode.NONE, None)]
     part = _partition(controller, "orders", 0)

@@ -10,6 +10,8 @@ import pytest
 
 from kafka_ext.spark.offsets import offsets_from_json, offsets_to_json
 from kafka_ext.spark.planning import (
+    ChunkLocator,
+    ChunkPiece,
     LeaderLocator,
     PartitionRange,
     ReadTask,
@@ -164,3 +166,22 @@ def test_split_then_plan_keeps_every_offset_once(parts: int) -> None:
     tasks = plan_read_tasks(ranges, locator(*ranges), min_partitions=parts)
     covered = sorted((t.partition, o) for t in tasks for o in range(t.start_offset, t.end_offset))
     assert covered == [(0, o) for o in range(17)] + [(1, o) for o in range(4, 9)]
+
+
+def test_chunk_locator_cuts_ranges_at_chunk_boundaries() -> None:
+    """Partition chunks (seed 000): one piece per inactive chunk a range crosses, read from
+    its chosen replica, the rest from the leader; planning then splits pieces as usual."""
+    leader = ReplicaLocation(3, "h3", 9093)
+    one, two = ReplicaLocation(1, "h1", 9091), ReplicaLocation(2, "h2", 9092)
+    locator = ChunkLocator({("t", 0): leader}, {("t", 0): [
+        ChunkPiece(10, 20, two), ChunkPiece(0, 10, one)]})
+    pieces = locator.locate(PartitionRange("t", 0, 5, 35))
+    assert [(p.start_offset, p.end_offset, p.replica) for p in pieces] == [
+        (5, 10, one), (10, 20, two), (20, 35, leader)]
+    assert [(p.start_offset, p.end_offset) for p in locator.locate(PartitionRange("t", 0, 25, 30))
+            ] == [(25, 30)]
+    tasks = plan_read_tasks([PartitionRange("t", 0, 0, 30)], locator,
+                            max_records_per_partition=6)
+    assert [(t.start_offset, t.end_offset, t.replica.node_id if t.replica else None)
+            for t in tasks] == [(0, 5, 1), (5, 10, 1), (10, 15, 2), (15, 20, 2), (20, 25, 3),
+                                (25, 30, 3)]
