@@ -299,6 +299,13 @@ def test_offsets_by_time_and_earliest_across_chunks(cluster: Cluster) -> None:
         consumer.close()
     found = consumer_offsets_kafka_python(n2, "timed", base + 55)
     assert found == 6
+    # Deleting the topic deletes every chunk with it.
+    assert (cluster.nodes[1].data_dir / "timed-0@0").is_dir()
+    admin = AdminClient({"bootstrap.servers": n1.bootstrap})
+    admin.delete_topics(["timed"], operation_timeout=30)["timed"].result(30)
+    wait_until(lambda: not any(path.name.startswith("timed-") for node in cluster.brokers
+                               for path in node.data_dir.iterdir()), 20,
+               "every chunk of timed deleted")
 
 
 CLI = [sys.executable, "-m", "kafka_ext"]
@@ -350,7 +357,7 @@ def test_the_chunk_tool_creates_and_alters_and_describe_shows_chunks(
     created = run([str(LAUNCHER), "create", "--bootstrap-server", n3.bootstrap,
                    "--create-chunk-json-file", str(create)])
     assert created.returncode == 1, created.stdout + created.stderr
-    assert created.stdout == "Created a chunk of orders-0 on brokers [2, 3]\n"
+    assert created.stdout == "Created a chunk of orders-0 on brokers [2, 3]\n", created.stderr
     assert created.stderr.startswith(
         "Failed to create a chunk of orders-1: INVALID_CHUNK_ASSIGNMENT: "), created.stderr
 
