@@ -127,15 +127,16 @@ class ChunkFiller:
                                                                    chunk.start_offset)
             try:
                 if local is not None and local is not plog:
+                    # Whole batches as views of the chunk's segments, appended as they are.
                     info = local.read(plog.log_end_offset, COPY_BYTES, max_offset=until,
                                       min_one_message=True)
-                    records = b"".join(info.records)  # a small tail, copied once
+                    if not info.records:
+                        raise KafkaError(ErrorCode.OFFSET_NOT_AVAILABLE, "nothing to copy")
+                    for records in info.records:
+                        plog.append_as_follower(records)
                 else:
-                    records = await self._fetch(topic, partition, topic_id, plog, chunk,
-                                                attempt)
-                if not records:
-                    raise KafkaError(ErrorCode.OFFSET_NOT_AVAILABLE, "nothing to copy")
-                plog.append_as_follower(records)
+                    await self._fetch_and_append(topic, partition, topic_id, plog, chunk,
+                                                 attempt)
             except (KafkaError, ConnectionError, TimeoutError, OSError) as exc:
                 attempt += 1
                 log.info("%s-%d: copying chunk data: %s; trying again", topic, partition, exc)
@@ -143,9 +144,10 @@ class ChunkFiller:
         # Copied from a replica holding it whole: committed data, visible at once.
         plog.high_watermark = max(plog.high_watermark, plog.log_end_offset)
 
-    async def _fetch(self, topic: str, partition: int, topic_id: uuid.UUID, plog: Any,
-                     chunk: ChunkImage, attempt: int) -> bytes:
-        """The next records from a broker holding the chunk (a different one each attempt)."""
+    async def _fetch_and_append(self, topic: str, partition: int, topic_id: uuid.UUID,
+                                plog: Any, chunk: ChunkImage, attempt: int) -> None:
+        """Append the next records from a broker holding the chunk (a different one each
+        attempt), as views of the received frame, as a follower appends (no copy)."""
         sources = [r for r in chunk.readable_replicas
                    if r != self.replica_manager.node_id]
         if not sources or self.fetch is None:
@@ -167,8 +169,9 @@ class ChunkFiller:
             data = response.responses[0].partitions[0]
             if data.error_code:
                 raise KafkaError(ErrorCode(data.error_code), f"from broker {source}")
-            # Copied out of the leased frame, which is reused once this block ends.
-            return bytes(data.records or b"")
+            if data.records is None or not len(data.records):
+                raise KafkaError(ErrorCode.OFFSET_NOT_AVAILABLE, f"nothing from broker {source}")
+            plog.append_as_follower(data.records)  # before the frame's buffer is reused
 
     def cancel(self) -> None:
         for task in self._tasks.values():
