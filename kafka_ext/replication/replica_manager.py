@@ -98,6 +98,8 @@ class ReplicaManager:
         self.follower_throttled: frozenset[TopicPartition] = frozenset()
         self.clock_ms: Callable[[], float] = lambda: time.monotonic() * 1000
         self.chunk_filler = ChunkFiller(self)  # new active chunks copy their closed tail
+        # Set by the broker: fsyncs a log and its dir off the event loop (a sealed chunk).
+        self.flush_later: Callable[[Any], object] = lambda plog: None
 
     # -- metadata changes --------------------------------------------------------------------
 
@@ -179,7 +181,8 @@ class ReplicaManager:
         hosted.fail_waiters(KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                        f"{tp[0]}-{tp[1]}: the chunk here was closed; the "
                                        f"partition goes on at offset {part.start_offset}"))
-        self.log_manager.seal_as_chunk(topic.name, part.partition_id, start_offset)
+        chunk_log = self.log_manager.seal_as_chunk(topic.name, part.partition_id, start_offset)
+        self.flush_later(chunk_log)  # an fsync of up to a segment's worth: never on the loop
         self._notify_data(tp)
         log.info("%s-%d: our replica is now the inactive chunk starting at %d", *tp,
                  start_offset)

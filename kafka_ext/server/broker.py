@@ -79,6 +79,7 @@ from kafka_ext.server.config import (
 from kafka_ext.server.dispatcher import RequestDispatcher
 from kafka_ext.server.fetch_session import FetchSessionCache
 from kafka_ext.server.kraft import prepare_storage
+from kafka_ext.storage.checkpoints import fsync_dir
 from kafka_ext.storage.formatter import read_bootstrap_records
 from kafka_ext.storage.log import UnifiedLog
 from kafka_ext.storage.log_cleaner import CleanerConfig, LogCleaner
@@ -134,6 +135,7 @@ class Broker:
         self.replica_manager.propose_isr = self.alter_partitions.submit
         self.replica_manager.on_followed = self.replica_fetchers.update
         self.replica_manager.chunk_filler.fetch = self.replica_fetchers.chunk_fetch
+        self.replica_manager.flush_later = lambda plog: self.spawn(self._flush_sealed(plog))
         self.replica_manager.chunk_filler.report = lambda change: chunks.report_chunk_change(
             self, change)
         self.directory_assignments = DirectoryAssignments(self)
@@ -538,6 +540,14 @@ class Broker:
             except Exception:
                 log.exception("background job %s failed; retrying in %.1f s",
                               getattr(job, "__name__", job), interval_s)
+
+    async def _flush_sealed(self, plog: UnifiedLog) -> None:
+        """fsync a log sealed as a chunk (seed 000) and its dir's new entry, off the loop."""
+        try:
+            await self.run_blocking(plog.flush)
+            await self.run_blocking(lambda: fsync_dir(plog.dir.parent))
+        except OSError as exc:
+            self._on_log_io_error(plog, exc, "flush")
 
     async def _fence_expired_brokers_on_time(self) -> None:
         """The active controller fences a broker as soon as its session runs out: a dead

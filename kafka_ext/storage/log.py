@@ -952,6 +952,11 @@ class UnifiedLog:
         """Whether `flush(pending_flush_offset(now_ms))` should run now."""
         return self.pending_flush_offset(now_ms) is not None
 
+    def assume_unflushed_from(self, offset: int) -> None:
+        """Offsets from `offset` on may not be on disk yet (this object was opened over files
+        another one wrote without an fsync): the next `flush` syncs them."""
+        self._recovery_point = max(min(self._recovery_point, offset), self._log_start_offset)
+
     def flush(self, up_to_offset: int | None = None) -> None:
         """fsync segments holding offsets below up_to_offset (default: everything) and advance the
         recovery point. Blocks: run it in an executor; safe against concurrent appends and reads.

@@ -24,7 +24,6 @@ from kafka_ext.storage.checkpoints import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
-    fsync_dir,
     write_atomically,
 )
 from kafka_ext.storage.formatter import check_dir_identity
@@ -312,20 +311,23 @@ class LogManager:
         return dict(self._chunk_logs)
 
     def seal_as_chunk(self, topic: str, partition: int, start_offset: int) -> UnifiedLog:
-        """The partition's log becomes the inactive chunk starting at `start_offset`: flushed,
-        renamed to `<topic>-<partition>@<start>` in the same log dir and reopened there. Its
-        data stays where it is; the partition's next log starts empty. Blocks (an fsync)."""
+        """The partition's log becomes the inactive chunk starting at `start_offset`: renamed
+        to `<topic>-<partition>@<start>` in the same log dir and reopened there. Its data stays
+        where it is; the partition's next log starts empty. Quick: nothing is fsynced here, the
+        caller flushes the chunk (and its dir) off the event loop. A crash before that finds
+        the dir under either name: reloaded as the partition, it is sealed again; as a chunk,
+        it is checked whole (no clean-shutdown marker)."""
         tp = (topic, partition)
         log = self._logs.pop(tp)
         del self._log_dir_of[tp]
-        log.flush()
-        log.close(sync_snapshot=True)
+        durable = log.recovery_point
+        log.close()
         sealed_dir = log.dir.with_name(chunk_dir_name(topic, partition, start_offset))
         log.dir.rename(sealed_dir)
-        fsync_dir(sealed_dir.parent)
         chunk = UnifiedLog(sealed_dir, log.config, needs_recovery=False,
                            log_start_offset=log.log_start_offset, topic_id=log.topic_id,
                            clock_ms=self._clock_ms)
+        chunk.assume_unflushed_from(durable)
         chunk.high_watermark = chunk.log_end_offset
         self._chunk_logs[(topic, partition, start_offset)] = chunk
         return chunk

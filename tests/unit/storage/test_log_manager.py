@@ -10,6 +10,7 @@ import pytest
 
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.storage.formatter import LogDirIdentityError
+from kafka_ext.storage.log import parse_chunk_dir
 from kafka_ext.storage.log_config import LogConfig
 from kafka_ext.storage.log_manager import LogManager
 
@@ -173,3 +174,30 @@ def test_detaching_a_log_never_fsyncs_its_snapshot_and_clean_shutdown_does(
     snapshot = tmp_path / "d" / "kept-0" / "00000000000000000002.snapshot"
     assert snapshot.stat().st_ino in synced_inodes
     assert kept.producer_state.unflushed_snapshot_offsets == []
+
+
+def test_a_log_sealed_as_a_chunk_keeps_its_data_under_its_new_name(
+        tmp_path: Path, clock, make_batch) -> None:
+    """Partition chunks (seed 000): sealing renames the partition's dir to
+    `<topic>-<partition>@<start>` without an fsync on the caller's thread (the chunk knows
+    what is not yet on disk and flushes it later); the partition's next log starts empty; a
+    restart finds the chunk again."""
+    manager = _manager([tmp_path / "d1"], clock)
+    log = manager.create_log("t", 0)
+    for _ in range(3):
+        log.append_as_leader(make_batch(2), 0)
+    chunk = manager.seal_as_chunk("t", 0, 0)
+    assert chunk.dir.name == "t-0@0" and not (tmp_path / "d1" / "t-0").exists()
+    assert manager.get_chunk_log("t", 0, 0) is chunk and manager.get_log("t", 0) is None
+    assert chunk.log_end_offset == 6 and chunk.recovery_point < 6
+    chunk.flush()
+    assert chunk.recovery_point == 6
+    assert len(chunk.read(0, 1 << 20).records) > 0
+    fresh = manager.create_log("t", 0)
+    assert fresh.log_end_offset == 0 and fresh.dir.name == "t-0"
+    manager.close()
+    reopened = _manager([tmp_path / "d1"], clock)
+    found = reopened.get_chunk_log("t", 0, 0)
+    assert found is not None and found.log_end_offset == 6
+    assert parse_chunk_dir("t-0@0") == ("t", 0, 0) and parse_chunk_dir("t-0") is None
+    reopened.close()
