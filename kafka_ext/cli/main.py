@@ -17,6 +17,7 @@ from kafka_ext.cli import (
     configs,
     console_consumer,
     console_producer,
+    consumer_groups,
     leader_election,
     log_dirs,
     metadata_quorum,
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     storage.add_parser(subparsers)
     metadata_quorum.add_parser(subparsers)
     configs.add_parser(subparsers)
+    consumer_groups.add_parser(subparsers)
     return parser
 
 
