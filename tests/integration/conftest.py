@@ -8,6 +8,7 @@ log is printed.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,10 +24,28 @@ from kafka_ext.client.probe import api_versions_ok
 STARTUP_TIMEOUT_S = 30.0
 
 
+# Listener ports come from below the kernel's ephemeral range (ip_local_port_range, 32768-60999
+# by default). A port picked from that range and released again can be taken as the local port
+# of any outgoing connection before the broker binds it: "address already in use" at start-up,
+# seen in CI with a dozen processes connecting at once.
+_LISTEN_PORTS = range(20000, 32768)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, never handed out twice by this process."""
+    for _ in range(10_000):
+        port = random.choice(_LISTEN_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 class BrokerProcess:
