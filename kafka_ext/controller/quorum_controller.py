@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -633,53 +633,42 @@ class QuorumController:
                 self._partition_record(topic.topic_id, p, r, coordinators, prior)
                 for p, r in sorted(new.items())])
 
-    # -- partition reduction (seed 002) -------------------------------------------------------
-
     # -- chunks (seed 000, controller/chunk_control.py) ----------------------------------------
 
     async def create_chunks(self, requests: list[ChunkCreation]) -> list[tuple[ErrorCode, str | None]]:
         """Close the active chunk of each partition at the offsets its leader gave and open the
         next one on the given brokers; one (error, message) per request, the valid ones
         committed in one batch (each partition's two records together: all or none)."""
-        async with self._lock:
-            registered = set(self.image.brokers) or {self.node_id}
-            outcome: list[tuple[ErrorCode, str | None]] = []
-            records: list[Any] = []
-            for c in requests:
-                try:
-                    topic, part = self._reassignable(c.topic, c.partition)
-                    records += create_chunk_records(topic, part, c, registered)
-                except KafkaError as exc:
-                    outcome.append((exc.code, exc.message or None))
-                    continue
-                log.info("new chunk of %s-%d at offset %d on brokers %s (the closed one reads "
-                         "to %d, holds to %d)", c.topic, c.partition, c.start_offset,
-                         list(c.brokers), c.prev_stop_offset, c.prev_end_offset)
-                outcome.append((ErrorCode.NONE, None))
-            if records:
-                await self._commit(records)
-            return outcome
+        return await self._chunk_changes(requests, create_chunk_records)
 
     async def alter_chunk_assignments(self, changes: list[ChunkChange]
                                       ) -> list[tuple[ErrorCode, str | None]]:
         """Move chunks to new replicas, or take a replica's report (it holds all of a chunk
         it was added to, or retention deleted its copy); one (error, message) per change,
         the valid ones committed in one batch."""
+        return await self._chunk_changes(changes, chunk_change_records)
+
+    async def _chunk_changes(self, entries: Sequence[ChunkCreation | ChunkChange],
+                             records_of: Callable[..., list[Any]]
+                             ) -> list[tuple[ErrorCode, str | None]]:
         async with self._lock:
             registered = set(self.image.brokers) or {self.node_id}
             outcome: list[tuple[ErrorCode, str | None]] = []
             records: list[Any] = []
-            for c in changes:
+            for entry in entries:
                 try:
-                    topic, part = self._reassignable(c.topic, c.partition)
-                    records += chunk_change_records(topic, part, c, registered)
+                    topic, part = self._reassignable(entry.topic, entry.partition)
+                    records += records_of(topic, part, entry, registered)
                 except KafkaError as exc:
                     outcome.append((exc.code, exc.message or None))
                     continue
+                log.info("chunks of %s-%d: %s", entry.topic, entry.partition, entry)
                 outcome.append((ErrorCode.NONE, None))
             if records:
                 await self._commit(records)
             return outcome
+
+    # -- partition reduction (seed 002) -------------------------------------------------------
 
     async def delete_partitions(self, topic_name: str, partitions: list[int], delay_ms: int,
                                 now_ms: int) -> int:
