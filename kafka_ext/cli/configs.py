@@ -1,11 +1,17 @@
-"""`kafka-ext configs`: kafka-configs.sh's flags and output, for client quotas (KIP-546),
-topics and brokers.
+"""`kafka-ext configs`: kafka-configs.sh's flags and output, for client quotas (KIP-546), SCRAM
+credentials (KIP-554), topics and brokers.
 
 `--entity-type users|clients` with `--entity-name N` or `--entity-default` (repeat the pair for
 a (user, client-id) entity), or the shortcuts `--user`, `--client`, `--user-defaults`,
 `--client-defaults`; `--alter --add-config k=v,k2=v2 --delete-config k` or `--describe`.
 Neither confluent-kafka 2.16 nor kafka-python 3.0 has client-quota admin calls, so this tool
 sends DescribeClientQuotas / AlterClientQuotas itself through kafka-ext's codec.
+`--entity-type users --entity-name U --add-config 'SCRAM-SHA-256=[iterations=8192,password=P]'`
+upserts a SCRAM credential (AlterUserScramCredentials with a fresh salt and the salted password,
+never the password), `--delete-config SCRAM-SHA-256` deletes it, and `--describe` of users adds
+Kafka's "SCRAM credential configs" lines (DescribeUserScramCredentials). As in Kafka, one alter
+changes quotas or SCRAM credentials, not both. `--command-config` gives the connection's TLS and
+SASL settings (broker_connection.py).
 `--entity-type topics|brokers` describe (dynamic configs, or every one with `--all`) and alter
 (IncrementalAlterConfigs) a topic's or a broker's configs the same way.
 """
@@ -13,12 +19,16 @@ sends DescribeClientQuotas / AlterClientQuotas itself through kafka-ext's codec.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import socket
 import sys
 from decimal import Decimal
 from typing import Any
 
+from kafka_ext.cli.broker_connection import SaslAuthenticationError, open_connection
 from kafka_ext.cli.client_config import UsageError
+from kafka_ext.cli.java_errors import java_error
 from kafka_ext.client.probe import round_trip
 from kafka_ext.controller.client_quota_control import (
     CLIENT_ID,
@@ -30,7 +40,13 @@ from kafka_ext.controller.client_quota_control import (
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.messages import registry
-from kafka_ext.server.config import parse_host_port
+from kafka_ext.security.sasl import (
+    DEFAULT_SCRAM_ITERATIONS,
+    MIN_SCRAM_ITERATIONS,
+    SCRAM_MECHANISM_NAMES,
+    SCRAM_MECHANISMS,
+    salted_password,
+)
 
 QUOTA_ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID}
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # ConfigResource types
@@ -39,7 +55,14 @@ QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
               "controller_mutation_rate")
 _LABELS = {USER: "user-principal", CLIENT_ID: "client-id"}
 API_VERSION = 1
+SCRAM_API_VERSION = 0
 TIMEOUT_S = 30.0
+SALT_BYTES = 32
+# A SCRAM credential's value as kafka-configs.sh reads it: iterations first, the rest is the
+# password (commas included).
+_SCRAM_VALUE = re.compile(r"(?:iterations=(-?[0-9]*),)?password=(.*)", re.DOTALL)
+# A password in an argument: up to the `]` closing its credential, or to the end.
+_PASSWORD = re.compile(r"(password=).*?(\](?=,|$)|$)", re.DOTALL)
 
 
 class CommandFailed(Exception):
@@ -49,11 +72,14 @@ class CommandFailed(Exception):
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `configs` with kafka-configs.sh's flags."""
     parser = subparsers.add_parser(
-        "configs", help="describe or alter client quotas and topic or broker configs (kafka-configs.sh)",
-        description="Add, delete or describe client quotas of users and client ids, and the "
-                    "configs of topics and brokers.")
+        "configs", help="describe or alter client quotas, SCRAM credentials and topic or "
+                        "broker configs (kafka-configs.sh)",
+        description="Add, delete or describe client quotas of users and client ids, SCRAM "
+                    "credentials of users, and the configs of topics and brokers.")
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
                         help="broker(s) to connect to")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="client properties file (security.protocol, ssl.*, sasl.*)")
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--alter", action="store_true", help="alter the entity's configs")
     action.add_argument("--describe", action="store_true", help="list the entity's configs")
@@ -79,9 +105,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                         help="with --describe: every config of the topic or broker, not only "
                              "the dynamic ones")
     parser.add_argument("--add-config", default="", metavar="K=V,K2=V2",
-                        help="quota configs to set, comma separated")
+                        help="configs to set, comma separated; a user's SCRAM credential is "
+                             "SCRAM-SHA-256=[iterations=N,password=P]")
     parser.add_argument("--delete-config", action="append", default=[], metavar="K",
-                        help="quota configs to remove (repeat or comma separate)")
+                        help="configs to remove (repeat or comma separate); SCRAM-SHA-256 "
+                             "removes that credential")
     parser.set_defaults(run=run)
 
 
@@ -117,17 +145,14 @@ def entities_of(args: argparse.Namespace) -> list[tuple[str, str | None]]:
 _ANY = "\x00any"  # --describe --entity-type T without a name: every entity of that type
 
 
-def parse_add_config(text: str) -> dict[str, float]:
-    """`k=v,k2=v2` as kafka-configs.sh reads it; a value that is not a number is refused."""
+def quota_values(added: dict[str, str]) -> dict[str, float]:
+    """The quotas of --add-config as numbers; a value that is not a number is refused."""
     out: dict[str, float] = {}
-    for pair in (p for p in text.split(",") if p.strip()):
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--add-config expects key=value, got {pair!r}")
+    for key, value in added.items():
         try:
-            out[key.strip()] = float(value)
+            out[key] = float(value)
         except ValueError:
-            raise CommandFailed(f"Cannot parse quota configuration value for {key.strip()}: "
+            raise CommandFailed(f"Cannot parse quota configuration value for {key}: "
                                 f"{value}") from None
     return out
 
@@ -215,30 +240,41 @@ def run(args: argparse.Namespace) -> int:
     if args.alter and not args.add_config.strip() and not delete:
         raise UsageError("--alter needs --add-config or --delete-config")
     head_type, head_name = pairs[0]
-    host, port = parse_host_port(args.bootstrap_server.split(",")[0])
     try:
-        if head_type in RESOURCE_TYPES:
-            add_text = parse_resource_configs(args.add_config)
-        else:
-            check_quota_keys(head_type, args.add_config, delete)
-            add = parse_add_config(args.add_config)
-        with socket.create_connection((host, port), timeout=TIMEOUT_S) as sock:
+        added = parse_resource_configs(args.add_config)
+        if head_type not in RESOURCE_TYPES:
+            check_entity_configs(pairs, list(added), delete)
+            scram_added = {k: v for k, v in added.items() if k in SCRAM_MECHANISMS}
+            scram_deleted = [k for k in delete if k in SCRAM_MECHANISMS]
+            add = quota_values({k: v for k, v in added.items() if k not in SCRAM_MECHANISMS})
+        with open_connection(args.bootstrap_server, args.command_config, TIMEOUT_S) as sock:
             if head_type in RESOURCE_TYPES:
                 if args.describe:
                     for line in describe_resources(sock, head_type, head_name, args.all):
                         print(line)
                     return 0
-                alter_resource(sock, head_type, head_name, add_text, delete)
+                alter_resource(sock, head_type, head_name, added, delete)
             else:
                 quota_pairs = [(QUOTA_ENTITY_TYPES[t], n) for t, n in pairs]
                 if args.describe:
-                    for line in describe(sock, quota_pairs):
+                    lines = describe(sock, quota_pairs)
+                    # As Kafka: not for clients, nor for the default user.
+                    if [t for t, _ in pairs] == ["users"] and head_name is not None:
+                        lines += describe_scram(sock, head_name)
+                    for line in lines:
                         print(line)
                     return 0
-                alter(sock, quota_pairs, add, delete)
+                if scram_added or scram_deleted:
+                    assert head_name is not None  # check_entity_configs refused the default user
+                    alter_scram(sock, head_name, scram_added, scram_deleted)
+                else:
+                    alter(sock, quota_pairs, add, delete)
     except CommandFailed as exc:
-        print(f"Error while executing config command with args '{' '.join(sys.argv[1:])}'\n"
-              f"{exc}", file=sys.stderr)
+        print(f"Error while executing config command with args "
+              f"'{' '.join(map(redacted, sys.argv[1:]))}'\n{exc}", file=sys.stderr)
+        return 1
+    except SaslAuthenticationError as exc:
+        print(java_error("SASL_AUTHENTICATION_FAILED", str(exc)), file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"cannot reach {args.bootstrap_server}: {exc}", file=sys.stderr)
@@ -250,15 +286,94 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_quota_keys(entity_type: str, add_text: str, delete: list[str]) -> None:
-    """kafka-configs.sh refuses non-quota keys for users and clients before sending anything."""
-    added = [p.partition("=")[0].strip() for p in add_text.split(",") if p.strip()]
-    what = "quota and SCRAM credential configs" if entity_type == "users" else "quota configs"
+def redacted(arg: str) -> str:
+    """A command-line argument fit to print: a SCRAM credential's password hidden (kafka-configs.sh
+    repeats its arguments, password included, in an error)."""
+    return _PASSWORD.sub(r"\1[hidden]\2", arg)
+
+
+def check_entity_configs(pairs: list[tuple[str, str | None]], added: list[str],
+                     delete: list[str]) -> None:
+    """kafka-configs.sh's checks before sending anything: clients (alone or with a user) take
+    quotas only; a user alone takes quotas or SCRAM credentials, not both in one alter, and a
+    SCRAM credential belongs to a named user."""
+    users_alone = [t for t, _ in pairs] == ["users"]
+    allowed = (*QUOTA_KEYS, *SCRAM_MECHANISMS) if users_alone else QUOTA_KEYS
+    entity_type = "users" if users_alone else "clients"
+    what = "quota and SCRAM credential configs" if users_alone else "quota configs"
     for verb, keys in (("added", added), ("deleted", delete)):
-        unknown = [k for k in keys if k not in QUOTA_KEYS]
+        unknown = [k for k in keys if k not in allowed]
         if unknown:
             raise CommandFailed(f"Only {what} can be {verb} for '{entity_type}' using "
                              f"--bootstrap-server. Unexpected config names: {', '.join(unknown)}")
+    scram = [k for k in (*added, *delete) if k in SCRAM_MECHANISMS]
+    if scram and pairs[0][1] is None:
+        raise CommandFailed("The use of --entity-default or --user-defaults is not allowed "
+                            "with User SCRAM Credentials using --bootstrap-server.")
+    if scram and len(scram) < len(added) + len(delete):
+        raise CommandFailed("Cannot alter both quota and SCRAM credential configs "
+                            "simultaneously for 'users' using --bootstrap-server.")
+
+
+# -- SCRAM credentials (KIP-554) ------------------------------------------------------------------
+
+def scram_upsertion(mechanism: str, value: str) -> tuple[int, str]:
+    """(iterations, password) of `[iterations=N,]password=P`; the error never repeats P."""
+    match = _SCRAM_VALUE.fullmatch(value)
+    if match is None or match.group(1) == "":
+        raise CommandFailed(f"Invalid credential property {mechanism}: expected "
+                            "[iterations=<n>,]password=<password>")
+    iterations = (DEFAULT_SCRAM_ITERATIONS if match.group(1) in (None, "-1")
+                  else int(match.group(1)))
+    if iterations < MIN_SCRAM_ITERATIONS:
+        raise CommandFailed(f"Iterations {iterations} is less than the minimum "
+                            f"{MIN_SCRAM_ITERATIONS} required for {mechanism}")
+    return iterations, match.group(2)
+
+
+def alter_scram(sock: socket.socket, user: str, added: dict[str, str],
+                deleted: list[str]) -> None:
+    """One AlterUserScramCredentials request: deletions, and upsertions carrying a fresh random
+    salt and the salted password (RFC 5802's Hi()), as Kafka's admin client computes them."""
+    Request = registry()["AlterUserScramCredentialsRequest"].cls
+    upsertions = []
+    for mechanism, value in added.items():
+        iterations, password = scram_upsertion(mechanism, value)
+        salt = os.urandom(SALT_BYTES)
+        upsertions.append(Request.ScramCredentialUpsertion(
+            name=user, mechanism=SCRAM_MECHANISMS[mechanism], iterations=iterations, salt=salt,
+            salted_password=salted_password(mechanism, password, salt, iterations)))
+    deletions = [Request.ScramCredentialDeletion(name=user, mechanism=SCRAM_MECHANISMS[m])
+                 for m in deleted]
+    response = round_trip(sock, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, SCRAM_API_VERSION,
+                          Request(deletions=deletions, upsertions=upsertions))
+    for result in response.results:
+        if result.error_code:
+            raise CommandFailed(f"{ErrorCode(result.error_code).name}: {result.error_message}")
+
+
+def describe_scram(sock: socket.socket, name: str) -> list[str]:
+    """kafka-configs.sh's SCRAM lines of one user (every user with credentials for `_ANY`); a
+    named user without credentials prints nothing, another per-user error its own line."""
+    Request = registry()["DescribeUserScramCredentialsRequest"].cls
+    users = [] if name == _ANY else [Request.UserName(name=name)]
+    response = round_trip(sock, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, SCRAM_API_VERSION,
+                          Request(users=users))
+    if response.error_code:
+        raise CommandFailed(f"{ErrorCode(response.error_code).name}: {response.error_message}")
+    lines = []
+    for result in response.results:
+        if result.error_code == ErrorCode.RESOURCE_NOT_FOUND:
+            continue
+        if result.error_code:
+            lines.append(f"Error retrieving SCRAM credential configs for user-principal "
+                         f"'{result.user}': ExecutionException: "
+                         f"{java_error(ErrorCode(result.error_code).name, result.error_message)}")
+            continue
+        infos = ", ".join(f"{SCRAM_MECHANISM_NAMES[i.mechanism]}=iterations={i.iterations}"
+                          for i in result.credential_infos)
+        lines.append(f"SCRAM credential configs for user-principal '{result.user}' are {infos}")
+    return lines
 
 
 def parse_resource_configs(text: str) -> dict[str, str]:
@@ -271,7 +386,9 @@ def parse_resource_configs(text: str) -> dict[str, str]:
             if pair.strip():
                 key, sep, value = pair.partition("=")
                 if not sep or not key.strip():
-                    raise UsageError(f"--add-config expects key=value, got {pair!r}")
+                    # Not repeated: the stray text may be part of a SCRAM password.
+                    raise UsageError("--add-config expects key=value pairs separated by commas "
+                                     "(a list or SCRAM credential value in [...])")
                 out[key.strip()] = value.strip().removeprefix("[").removesuffix("]")
             pair = ""
             continue

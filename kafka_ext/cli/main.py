@@ -13,20 +13,34 @@ import sys
 from collections.abc import Sequence
 
 from kafka_ext.cli import (
+    acls,
     chunks,
     configs,
     console_consumer,
     console_producer,
     consumer_groups,
+    consumer_perf_test,
+    delete_records,
+    docker_entrypoint,
+    dump_log,
+    get_offsets,
+    healthcheck,
     leader_election,
     log_dirs,
     metadata_quorum,
+    producer_perf_test,
     reassign_partitions,
     storage,
     topics,
 )
 from kafka_ext.cli.client_config import UsageError
-from kafka_ext.server.config import ConfigError, format_config_value, load_config
+from kafka_ext.cli.server_arguments import add_config_arguments
+from kafka_ext.server.config import (
+    ConfigError,
+    format_config_value,
+    is_sensitive,
+    load_config,
+)
 from kafka_ext.storage.formatter import LogDirIdentityError
 
 EXIT_CONFIG_ERROR = 2
@@ -40,10 +54,7 @@ def _add_server_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
                     "controller listens on localhost:9092 and stores data under ./kafka-ext-data. "
                     "KAFKA_EXT_* environment variables override the file (KAFKA_EXT_LOG_DIRS -> "
                     "log.dirs), and --override wins over both.")
-    parser.add_argument("config", nargs="?", metavar="server.properties",
-                        help="broker configuration in Java properties syntax")
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="set one configuration key (repeatable)")
+    add_config_arguments(parser)
     parser.add_argument("--print-config", action="store_true",
                         help="print the effective configuration as key=value lines and exit")
     parser.set_defaults(run=_run_server)
@@ -59,7 +70,11 @@ def _run_server(args: argparse.Namespace) -> int:
     if args.print_config:
         for name in sorted(config.values):
             text = format_config_value(config.values[name])
+            if text is not None and is_sensitive(name):
+                text = "[hidden]"  # as Kafka prints password values
             print(f"{name}={'' if text is None else text}")
+        for name, text in sorted(config.listener_configs.items()):
+            print(f"{name}={'[hidden]' if is_sensitive(name) else text}")
         return 0
     from kafka_ext.server.broker import run  # lazy: admin tools must not pay for the broker
 
@@ -88,11 +103,19 @@ def build_parser() -> argparse.ArgumentParser:
     log_dirs.add_parser(subparsers)
     reassign_partitions.add_parser(subparsers)
     leader_election.add_parser(subparsers)
+    acls.add_parser(subparsers)
     chunks.add_parser(subparsers)
     storage.add_parser(subparsers)
     metadata_quorum.add_parser(subparsers)
     configs.add_parser(subparsers)
     consumer_groups.add_parser(subparsers)
+    docker_entrypoint.add_parser(subparsers)
+    healthcheck.add_parser(subparsers)
+    dump_log.add_parser(subparsers)
+    get_offsets.add_parser(subparsers)
+    delete_records.add_parser(subparsers)
+    producer_perf_test.add_parser(subparsers)
+    consumer_perf_test.add_parser(subparsers)
     return parser
 
 

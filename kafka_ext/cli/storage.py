@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
+from kafka_ext.protocol.messages import registry
+from kafka_ext.security.sasl import SCRAM_MECHANISMS, credential_from_spec, parse_scram_spec
 from kafka_ext.server.config import BrokerConfig, ConfigError, load_config
 from kafka_ext.server.kraft import storage_layout
 from kafka_ext.storage.formatter import (
@@ -45,7 +48,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     fmt.add_argument("--cluster-id", "-t", required=True, metavar="ID",
                      help="the cluster id (see `kafka-ext storage random-uuid`)")
     fmt.add_argument("--add-scram", "-S", action="append", default=[], metavar="SCRAM",
-                     help="a SCRAM credential to create (not supported yet)")
+                     help="a SCRAM credential the cluster starts with, e.g. "
+                          "'SCRAM-SHA-256=[name=alice,password=alice-secret]' (repeatable)")
     fmt.add_argument("--ignore-formatted", "-g", action="store_true",
                      help="format the unformatted dirs and leave formatted ones as they are")
     fmt.add_argument("--release-version", "-r", metavar="VERSION",
@@ -115,9 +119,7 @@ def _format_request(args: argparse.Namespace, config: BrokerConfig) -> FormatReq
     if not config.cluster_id_generated and config.cluster_id != cluster_id:
         raise FormatError(f"cluster.id in the configuration is {config.cluster_id}, which "
                           f"is not the --cluster-id {cluster_id}")
-    if args.add_scram:
-        raise FormatError("--add-scram is not supported yet: SCRAM credentials come with the "
-                          "security issue; create them with kafka-configs.sh once it lands")
+    scram_records = [_scram_record(spec) for spec in args.add_scram]
     release_version = (parse_release_version(args.release_version)[0]
                        if args.release_version else LATEST_METADATA_VERSION)
     features = parse_features(args.feature)
@@ -139,7 +141,24 @@ def _format_request(args: argparse.Namespace, config: BrokerConfig) -> FormatReq
                           "--initial-controllers, or --no-initial-controllers.")
     names = config.controller_listener_names
     return FormatRequest(cluster_id, release_version, features, initial,
-                         names[0] if names else None, args.ignore_formatted)
+                         names[0] if names else None, args.ignore_formatted, scram_records)
+
+
+def _scram_record(spec: str) -> Any:
+    """--add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]' as the
+    UserScramCredentialRecord the cluster starts with."""
+    try:
+        mechanism, fields = parse_scram_spec(spec)
+        name = fields.pop("name", "")
+        if not name:
+            raise ValueError("a SCRAM credential needs name=...")
+        credential = credential_from_spec(mechanism, fields)
+    except ValueError as exc:
+        raise FormatError(f"--add-scram: {exc}") from None
+    return registry()["UserScramCredentialRecord"].cls(
+        name=name, mechanism=SCRAM_MECHANISMS[mechanism], salt=credential.salt,
+        stored_key=credential.stored_key, server_key=credential.server_key,
+        iterations=credential.iterations)
 
 
 def _standalone_voter(config: BrokerConfig) -> DynamicVoter:

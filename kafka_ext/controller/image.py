@@ -13,6 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kafka_ext.security.acl import AclEntry
+from kafka_ext.security.sasl import SCRAM_MECHANISM_NAMES, ScramCredential
+
 # Partition reduction (seed 002): a partition's mode.
 READ_WRITE = 0
 READ_ONLY = 1  # readable until it is deleted; not written
@@ -193,6 +196,10 @@ class MetadataImage:
         default_factory=dict)
     # Registered brokers by id (RegisterBrokerRecord, fenced / unfenced / unregistered).
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    # SCRAM logins (UserScramCredentialRecord): user -> mechanism name -> credential.
+    scram_credentials: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
+    # ACLs (AccessControlEntryRecord) by their id; see security/acl.py.
+    acls: dict[uuid.UUID, AclEntry] = field(default_factory=dict)
 
     def live_brokers(self) -> list[BrokerRegistration]:
         """Registered, unfenced brokers: the ones that may lead partitions, by id."""
@@ -245,6 +252,8 @@ class MetadataDelta:
         self._client_quotas: dict[tuple[tuple[str, str | None], ...],
                                   dict[str, float]] | None = None
         self._brokers: dict[int, BrokerRegistration] | None = None
+        self._scram: dict[str, dict[str, ScramCredential]] | None = None
+        self._acls: dict[uuid.UUID, AclEntry] | None = None
         # Topics whose partitions dict this delta already copied (safe to mutate), by id.
         self._own_partitions: set[uuid.UUID] = set()
 
@@ -288,6 +297,16 @@ class MetadataDelta:
             self._client_quotas = dict(self.base.client_quotas)
         return self._client_quotas
 
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        if self._scram is None:
+            self._scram = dict(self.base.scram_credentials)
+        return self._scram
+
+    def acls(self) -> dict[uuid.UUID, AclEntry]:
+        if self._acls is None:
+            self._acls = dict(self.base.acls)
+        return self._acls
+
     def brokers(self) -> dict[int, BrokerRegistration]:
         if self._brokers is None:
             self._brokers = dict(self.base.brokers)
@@ -316,6 +335,8 @@ class MetadataDelta:
             client_quotas=(base.client_quotas if self._client_quotas is None
                            else self._client_quotas),
             brokers=base.brokers if self._brokers is None else self._brokers,
+            scram_credentials=base.scram_credentials if self._scram is None else self._scram,
+            acls=base.acls if self._acls is None else self._acls,
         )
 
 
@@ -504,6 +525,34 @@ def _apply_client_quota(delta: MetadataDelta, record: Any) -> None:
         quotas.pop(entity, None)
 
 
+def _apply_scram_credential(delta: MetadataDelta, record: Any) -> None:
+    credentials = delta.scram_credentials()
+    mechanisms = dict(credentials.get(record.name, {}))
+    mechanisms[SCRAM_MECHANISM_NAMES[record.mechanism]] = ScramCredential(
+        bytes(record.salt), bytes(record.stored_key), bytes(record.server_key), record.iterations)
+    credentials[record.name] = mechanisms
+
+
+def _apply_remove_scram_credential(delta: MetadataDelta, record: Any) -> None:
+    credentials = delta.scram_credentials()
+    mechanisms = dict(credentials.get(record.name, {}))
+    mechanisms.pop(SCRAM_MECHANISM_NAMES.get(record.mechanism, ""), None)
+    if mechanisms:
+        credentials[record.name] = mechanisms
+    else:
+        credentials.pop(record.name, None)
+
+
+def _apply_acl(delta: MetadataDelta, record: Any) -> None:
+    delta.acls()[record.id] = AclEntry(
+        record.resource_type, record.resource_name, record.pattern_type, record.principal,
+        record.host, record.operation, record.permission_type)
+
+
+def _remove_acl(delta: MetadataDelta, record: Any) -> None:
+    delta.acls().pop(record.id, None)
+
+
 _APPLIERS: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "RegisterBrokerRecord": _apply_register_broker,
     "BrokerRegistrationChangeRecord": _apply_broker_change,
@@ -522,4 +571,8 @@ _APPLIERS: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "FeatureLevelRecord": _apply_feature_level,
     "ProducerIdsRecord": _apply_producer_ids,
     "ClientQuotaRecord": _apply_client_quota,
+    "UserScramCredentialRecord": _apply_scram_credential,
+    "RemoveUserScramCredentialRecord": _apply_remove_scram_credential,
+    "AccessControlEntryRecord": _apply_acl,
+    "RemoveAccessControlEntryRecord": _remove_acl,
 }

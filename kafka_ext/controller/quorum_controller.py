@@ -64,6 +64,13 @@ from kafka_ext.controller.partition_change import (
     reassign,
 )
 from kafka_ext.controller.quorum_status import QuorumStatusSource, RaftQuorumStatus
+from kafka_ext.controller.security_control import (
+    ScramDeletion,
+    ScramUpsertion,
+    acl_creation_records,
+    acl_deletion_records,
+    scram_changes,
+)
 from kafka_ext.controller.snapshot import read_snapshot_image, write_snapshot
 from kafka_ext.network.node_client import NodeChannels
 from kafka_ext.protocol.compiler import ZERO_UUID
@@ -72,6 +79,7 @@ from kafka_ext.protocol.messages import registry
 from kafka_ext.raft.kafka_metadata_log import KafkaMetadataLog
 from kafka_ext.raft.messages import OffsetAndEpoch, ReplicaKey
 from kafka_ext.raft.raft_manager import RaftManager
+from kafka_ext.security.acl import AclEntry, AclFilter
 from kafka_ext.server.config import (
     DYNAMIC_BROKER_CONFIGS,
     TOPIC_CONFIGS,
@@ -851,6 +859,33 @@ class QuorumController:
                     key=c.key, value=0.0 if c.value is None else c.value,
                     remove=c.value is None) for c in changes])
             return results
+
+    # -- security: SCRAM credentials and ACLs (docs/security.md) ------------------------------
+
+    async def alter_user_scram_credentials(self, deletions: list[ScramDeletion],
+                                           upsertions: list[ScramUpsertion]
+                                           ) -> dict[str, tuple[ErrorCode, str | None]]:
+        """Commit every valid user's credential changes in one batch; the outcome per user."""
+        async with self._lock:
+            records, outcomes = scram_changes(self.image, deletions, upsertions)
+            if records:
+                await self._commit(records)
+            return outcomes
+
+    async def create_acls(self, acls: list[AclEntry]) -> list[tuple[ErrorCode, str | None]]:
+        async with self._lock:
+            records, outcomes = acl_creation_records(self.image, acls)
+            if records:
+                await self._commit(records)
+            return outcomes
+
+    async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclEntry]]:
+        """Remove every ACL a filter matches; the ACLs each filter matched."""
+        async with self._lock:
+            records, matched = acl_deletion_records(self.image, filters)
+            if records:
+                await self._commit(records)
+            return matched
 
     # -- brokers (BrokerRegistration 62, BrokerHeartbeat 63) ---------------------------------
 

@@ -30,6 +30,7 @@ from kafka_ext.protocol.records import (
     control_record_type,
     decode_records,
 )
+from kafka_ext.security.sasl import SCRAM_MECHANISMS
 from kafka_ext.storage.checkpoints import CorruptCheckpointError, fsync_dir, write_atomically
 
 METADATA_VERSION_FEATURE = "metadata.version"
@@ -63,6 +64,7 @@ def image_records(image: MetadataImage) -> list[Any]:
     return [*_feature_records(image), *_broker_records(image), *_log_dir_records(image),
             *_topic_records(image),
             *_config_records(image), *_client_quota_records(image),
+            *_scram_records(image), *_acl_records(image),
             *_producer_id_records(image)]
 
 
@@ -170,6 +172,26 @@ def _client_quota_records(image: MetadataImage) -> Iterator[Any]:
         for key in sorted(values):
             yield _new("ClientQuotaRecord", key=key, value=values[key], remove=False,
                        entity=[entity_cls(entity_type=t, entity_name=n) for t, n in entity])
+
+
+def _scram_records(image: MetadataImage) -> Iterator[Any]:
+    for user in sorted(image.scram_credentials):
+        mechanisms = image.scram_credentials[user]
+        for mechanism in sorted(mechanisms):
+            credential = mechanisms[mechanism]
+            yield _new("UserScramCredentialRecord", name=user,
+                       mechanism=SCRAM_MECHANISMS[mechanism], salt=credential.salt,
+                       stored_key=credential.stored_key, server_key=credential.server_key,
+                       iterations=credential.iterations)
+
+
+def _acl_records(image: MetadataImage) -> Iterator[Any]:
+    for acl_id in sorted(image.acls):
+        acl = image.acls[acl_id]
+        yield _new("AccessControlEntryRecord", id=acl_id, resource_type=acl.resource_type,
+                   resource_name=acl.resource_name, pattern_type=acl.pattern_type,
+                   principal=acl.principal, host=acl.host, operation=acl.operation,
+                   permission_type=acl.permission_type)
 
 
 def _producer_id_records(image: MetadataImage) -> Iterator[Any]:

@@ -143,6 +143,9 @@ class WalWriter:
         self._closed = False
         self.objects_uploaded = 0
         self.bytes_uploaded = 0
+        # Set by the broker's metrics (server/metrics.py): each object's upload and commit ms.
+        self.observe_upload_ms: Callable[[float], None] = lambda ms: None
+        self.observe_commit_ms: Callable[[float], None] = lambda ms: None
 
     @property
     def pending_bytes(self) -> int:
@@ -275,7 +278,9 @@ class WalWriter:
             if previous_done is not None:
                 await previous_done  # object order: never fails, see the finally below
             if uploaded:
+                started = time.monotonic()
                 await self._commit(key, wal_object)
+                self.observe_commit_ms((time.monotonic() - started) * 1000)
         except Exception as exc:  # a bug: answer every waiter rather than leave producers hanging
             log.exception("diskless WAL object %s failed unexpectedly", key)
             _fail_all(wal_object, ErrorCode.UNKNOWN_SERVER_ERROR, f"{key}: {exc!r}")
@@ -284,6 +289,7 @@ class WalWriter:
 
     async def _upload(self, key: str, data: bytes, wal_object: _WalObject) -> bool:
         """Put the object; on failure answer all its batches KAFKA_STORAGE_ERROR (retriable)."""
+        started = time.monotonic()
         try:
             await self._store.put(key, data)
         except ObjectStoreError as exc:
@@ -292,6 +298,7 @@ class WalWriter:
             return False
         finally:
             self._release(wal_object.size_bytes)
+        self.observe_upload_ms((time.monotonic() - started) * 1000)
         self.objects_uploaded += 1
         self.bytes_uploaded += len(data)
         return True

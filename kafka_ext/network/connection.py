@@ -20,6 +20,8 @@ from typing import Any
 
 from kafka_ext.network.frames import FrameAssembler
 from kafka_ext.protocol.framing import FrameTooLarge
+from kafka_ext.security.principal import NoMappingRule
+from kafka_ext.security.session import PLAINTEXT_LISTENER, ListenerSecurity
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     """Guarded by the event loop: every callback and task runs on it."""
 
     def __init__(self, handler: FrameHandler, max_request_bytes: int,
-                 on_close: Callable[[KafkaConnection], None]) -> None:
+                 on_close: Callable[[KafkaConnection], None],
+                 listener: ListenerSecurity = PLAINTEXT_LISTENER) -> None:
         self._handler = handler
         self._max_request_bytes = max_request_bytes
         self._on_close = on_close
@@ -59,10 +62,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._throttle_timer: asyncio.TimerHandle | None = None  # KIP-219 mute, see throttle()
         self._throttled_until = 0.0
         self.closed = False
+        self._close_when_flushed = False
+        self.security = listener.new_connection()
+        if not self.security.authenticated:
+            # Kafka's sasl.server.max.receive.size: a client that has not logged in cannot
+            # make the broker allocate a request-sized buffer.
+            self._frames.max_frame_bytes = min(max_request_bytes, listener.max_receive_bytes)
         self.peer: str = "?"
+        self.host = ""  # the client's address, as ACLs name hosts
         self.last_active = time.monotonic()
         # Per-connection state handlers may keep (e.g. SASL, client software name).
         self.state: dict[str, Any] = {}
+        # When the frame being dispatched was complete (time.perf_counter()), set just before
+        # its handler runs: the request queue time of server/metrics.py.
+        self.received_at = 0.0
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -71,7 +84,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._transport = stream
         peer = stream.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.host = peer[0] if peer else ""
         stream.set_write_buffer_limits(high=4 * 1024 * 1024)
+        if self.security.listener.protocol == "SSL":
+            # The TLS handshake is over by now: the client certificate (if any) names it.
+            try:
+                self.security.principal = self.security.listener.certificate_principal(
+                    stream.get_extra_info("ssl_object"))
+            except NoMappingRule as exc:
+                log.warning("closing %s: %s", self.peer, exc)
+                self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -107,12 +129,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _start(self, frame: bytes | memoryview, buffer: bytearray | None) -> None:
         slot = _Slot()
         self._slots.append(slot)
-        task = asyncio.get_running_loop().create_task(self._run(slot, frame, buffer))
+        task = asyncio.get_running_loop().create_task(
+            self._run(slot, frame, buffer, time.perf_counter()))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, slot: _Slot, frame: bytes | memoryview,
-                   buffer: bytearray | None) -> None:
+                   buffer: bytearray | None, received_at: float) -> None:
+        self.received_at = received_at  # the dispatcher reads it before its first await
         try:
             slot.parts = await self._handler(self, frame)
         except CloseConnection as exc:
@@ -141,6 +165,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             parts = slots.popleft().parts
             if parts:
                 transport.writelines(parts)
+        if self._close_when_flushed and not slots:
+            self.close()  # the transport sends what it buffered before it closes
+            return
         self.last_active = time.monotonic()
         self._update_reading()
 
@@ -186,6 +213,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
     @property
     def idle(self) -> bool:
         return not self._slots
+
+    def authenticated(self) -> None:
+        """The client has logged in: requests up to socket.request.max.bytes are read now."""
+        self._frames.max_frame_bytes = self._max_request_bytes
+
+    def close_after_answers(self) -> None:
+        """Close once every answer due so far is sent (a failed authentication's last word)."""
+        self._close_when_flushed = True
+        if self._transport is not None and not self.closed:
+            self._transport.pause_reading()
 
     def close(self) -> None:
         if self._transport is not None and not self.closed:

@@ -29,7 +29,8 @@ class FrameAssembler:
 
     def __init__(self, max_frame_bytes: int, on_frame: FrameCallback,
                  pooled_buffer_max_bytes: int = POOLED_BUFFER_MAX_BYTES) -> None:
-        self._max_frame_bytes = max_frame_bytes
+        # Changeable: a SASL listener keeps it small until the client has logged in.
+        self.max_frame_bytes = max_frame_bytes
         self._on_frame = on_frame
         self._pooled_buffer_max_bytes = pooled_buffer_max_bytes
         self._scratch = bytearray(SCRATCH_BYTES)
@@ -65,8 +66,8 @@ class FrameAssembler:
         pos = 0
         while end - pos >= 4:
             (size,) = SIZE.unpack_from(view, pos)
-            if not 0 <= size <= self._max_frame_bytes:
-                raise FrameTooLarge(size, self._max_frame_bytes)
+            if not 0 <= size <= self.max_frame_bytes:
+                raise FrameTooLarge(size, self.max_frame_bytes)
             body = pos + 4
             if end - body >= size:
                 self._on_frame(bytes(view[body:body + size]), None)

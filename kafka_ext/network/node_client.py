@@ -3,7 +3,9 @@ as the controllers and brokers use it among themselves).
 
 One connection per peer, opened on first use and again after a failure; requests are
 pipelined on it and answers matched by correlation id. A connection first identifies itself
-with ApiVersions as NODE_SOFTWARE_NAME, which is how the peer shows it the inter-broker APIs.
+with ApiVersions as NODE_SOFTWARE_NAME, which is how the peer shows it the inter-broker APIs,
+then logs in when the peer's listener asks for SASL (over TLS when it asks for that). A SASL
+session with a lifetime (KIP-368) is replaced by a fresh connection before it ends.
 A failure fails the requests in flight with ConnectionError; callers retry on their own timers.
 """
 
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -21,6 +24,9 @@ from kafka_ext.network.frames import FrameAssembler
 from kafka_ext.protocol.api_keys import NODE_SOFTWARE_NAME, ApiKey
 from kafka_ext.protocol.errors import DecodeError
 from kafka_ext.protocol.framing import SIZE, FrameTooLarge, decode_response, encode_request
+from kafka_ext.protocol.messages import registry
+from kafka_ext.security.sasl import AuthenticationFailed, SaslClient
+from kafka_ext.security.session import PLAINTEXT_CLIENT, NodeClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +35,7 @@ MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 # replica.fetch.response.max.bytes (10 MiB by default) plus its framing.
 MAX_POOLED_RESPONSE_BYTES = 16 * 1024 * 1024
 CONNECT_TIMEOUT_S = 2.0
+_reg = registry()
 
 
 class NodeConnection(asyncio.BufferedProtocol):
@@ -49,6 +56,9 @@ class NodeConnection(asyncio.BufferedProtocol):
         self._transport: asyncio.Transport | None = None
         self._error: BaseException = ConnectionError(f"connection to node {node_id} closed")
         self.closed = False
+        # When to stop sending on it: a little before its SASL session ends (None: never).
+        self.retire_at: float | None = None
+        self._retired = False
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -79,6 +89,8 @@ class NodeConnection(asyncio.BufferedProtocol):
         _, body = decode_response(frame, api_key, api_version)
         if not future.done():
             future.set_result((body, buffer) if leased else body)
+        if self._retired and len(self._pending) <= 1:  # this answer was the last in flight
+            asyncio.get_running_loop().call_soon(self._fail)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -103,6 +115,12 @@ class NodeConnection(asyncio.BufferedProtocol):
         if buffer is not None and not self.closed:
             self._frames.give_back(buffer)
 
+    def retire(self) -> None:
+        """Send nothing more; close once the answers in flight are in."""
+        self._retired = True
+        if not self._pending:
+            self._fail()
+
     def _fail(self) -> None:
         if self.closed:
             return
@@ -122,9 +140,10 @@ class NodeChannels:
     """Connections to the peers whose addresses `endpoint_of` knows; owned by the event loop."""
 
     def __init__(self, endpoint_of: Callable[[int], tuple[str, int] | None],
-                 client_id: str) -> None:
+                 client_id: str, security: NodeClientSecurity = PLAINTEXT_CLIENT) -> None:
         self._endpoint_of = endpoint_of
         self._client_id = client_id
+        self._security = security
         self._connections: dict[int, NodeConnection] = {}
         self._connecting: dict[int, asyncio.Task[NodeConnection]] = {}
 
@@ -138,7 +157,10 @@ class NodeChannels:
     async def _connection(self, node_id: int) -> NodeConnection:
         connection = self._connections.get(node_id)
         if connection is not None and not connection.closed:
-            return connection
+            if connection.retire_at is None or time.monotonic() < connection.retire_at:
+                return connection
+            del self._connections[node_id]
+            connection.retire()
         task = self._connecting.get(node_id)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._connect(node_id))
@@ -174,19 +196,24 @@ class NodeChannels:
             raise ConnectionError(f"no known address for node {node_id}")
         host, port = endpoint
         loop = asyncio.get_running_loop()
+        security = self._security
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             _, connection = await loop.create_connection(
-                lambda: NodeConnection(node_id, self._client_id), host, port)
+                lambda: NodeConnection(node_id, self._client_id), host, port,
+                ssl=security.ssl_context,
+                server_hostname=host if security.ssl_context is not None else None)
         try:
-            answer = await asyncio.wait_for(connection.request(
-                ApiKey.API_VERSIONS, PROBE_VERSION, api_versions_request(NODE_SOFTWARE_NAME)),
-                CONNECT_TIMEOUT_S)
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                answer = await connection.request(ApiKey.API_VERSIONS, PROBE_VERSION,
+                                                  api_versions_request(NODE_SOFTWARE_NAME))
+                if answer.error_code:
+                    raise ConnectionError(f"node {node_id} refused ApiVersions: "
+                                          f"{answer.error_code}")
+                if security.mechanism is not None:
+                    await _log_in(connection, security)
         except BaseException:
             await connection.close()
             raise
-        if answer.error_code:
-            await connection.close()
-            raise ConnectionError(f"node {node_id} refused ApiVersions: {answer.error_code}")
         old = self._connections.get(node_id)
         if old is not None:
             await old.close()
@@ -199,3 +226,29 @@ class NodeChannels:
         for connection in list(self._connections.values()):
             await connection.close()
         self._connections.clear()
+
+
+async def _log_in(connection: NodeConnection, security: NodeClientSecurity) -> None:
+    """SaslHandshake v1 and SaslAuthenticate v2 rounds until the mechanism completes; sets
+    when the connection must be retired (a tenth before its session lifetime ends)."""
+    assert security.mechanism is not None
+    handshake = _reg.requests[ApiKey.SASL_HANDSHAKE].cls(mechanism=security.mechanism)
+    answer = await connection.request(ApiKey.SASL_HANDSHAKE, 1, handshake)
+    if answer.error_code:
+        raise ConnectionError(f"node {connection.node_id} does not offer SASL mechanism "
+                              f"{security.mechanism} (error {answer.error_code})")
+    client = SaslClient(security.mechanism, security.username, security.password)
+    token: bytes | None = client.first()
+    authenticate = _reg.requests[ApiKey.SASL_AUTHENTICATE].cls
+    while token is not None:
+        answer = await connection.request(ApiKey.SASL_AUTHENTICATE, 2,
+                                          authenticate(auth_bytes=token))
+        if answer.error_code:
+            raise ConnectionError(f"node {connection.node_id} refused this node's "
+                                  f"{security.mechanism} login: {answer.error_message}")
+        try:
+            token = client.answer(bytes(answer.auth_bytes))
+        except AuthenticationFailed as exc:
+            raise ConnectionError(f"node {connection.node_id}: {exc}") from None
+    if answer.session_lifetime_ms > 0:
+        connection.retire_at = time.monotonic() + answer.session_lifetime_ms * 0.9 / 1000

@@ -11,8 +11,12 @@ import logging
 import time
 
 from kafka_ext.network.connection import FrameHandler, KafkaConnection
+from kafka_ext.security.session import PLAINTEXT_LISTENER, ListenerSecurity
 
 log = logging.getLogger(__name__)
+
+# A client that has not finished its TLS handshake by then is dropped.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class SocketServer:
@@ -26,20 +30,25 @@ class SocketServer:
         self.connections: set[KafkaConnection] = set()
         self._reaper: asyncio.Task[None] | None = None
 
-    async def listen(self, host: str, port: int) -> int:
-        """Start accepting on host:port; returns the bound port (useful when port is 0)."""
+    async def listen(self, host: str, port: int,
+                     security: ListenerSecurity = PLAINTEXT_LISTENER) -> int:
+        """Start accepting on host:port; returns the bound port (useful when port is 0).
+        An SSL or SASL_SSL listener runs the TLS handshake before the connection is made."""
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(self._new_connection, host or None, port,
-                                          reuse_address=True, backlog=1024)
+        server = await loop.create_server(
+            lambda: self._new_connection(security), host or None, port, reuse_address=True,
+            backlog=1024, ssl=security.ssl_context,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if security.ssl_context else None)
         self._servers.append(server)
         bound = server.sockets[0].getsockname()[1]
-        log.info("listening on %s:%d", host, bound)
+        log.info("listening on %s:%d (%s, %s)", host, bound, security.listener, security.protocol)
         if self._reaper is None:
             self._reaper = loop.create_task(self._reap_idle())
         return bound
 
-    def _new_connection(self) -> KafkaConnection:
-        conn = KafkaConnection(self._handler, self._max_request_bytes, self.connections.discard)
+    def _new_connection(self, security: ListenerSecurity) -> KafkaConnection:
+        conn = KafkaConnection(self._handler, self._max_request_bytes, self.connections.discard,
+                               security)
         self.connections.add(conn)
         return conn
 

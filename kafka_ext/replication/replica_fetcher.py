@@ -115,7 +115,8 @@ class ReplicaFetcherManager:
         self.socket_timeout_s = int(str(values["replica.socket.timeout.ms"])) / 1000
         # Separate connections: a long-polling fetch never delays markers or forwarding.
         self.channels = NodeChannels(broker.broker_endpoint,
-                                     f"kafka-ext-replica-fetcher-{broker.node_id}")
+                                     f"kafka-ext-replica-fetcher-{broker.node_id}",
+                                     broker.inter_broker_security)
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._stopped = False
 

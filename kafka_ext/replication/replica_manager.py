@@ -100,6 +100,8 @@ class ReplicaManager:
         self.chunk_filler = ChunkFiller(self)  # new active chunks copy their closed tail
         # Set by the broker: fsyncs a log and its dir off the event loop (a sealed chunk).
         self.flush_later: Callable[[Any], object] = lambda plog: None
+        # IsrShrinksPerSec, IsrExpandsPerSec, FailedIsrUpdatesPerSec (server/metrics.py).
+        self.isr_shrinks = self.isr_expands = self.failed_isr_updates = 0
 
     # -- metadata changes --------------------------------------------------------------------
 
@@ -283,6 +285,7 @@ class ReplicaManager:
             # proposes again from it if it still needs to.
             hosted.pending_isr = None
         if part.partition_epoch >= hosted.partition_epoch:
+            self._count_isr_change(hosted, part.isr)
             hosted.isr = part.isr
             hosted.partition_epoch = part.partition_epoch
         # A new active chunk first copies the closed chunk's open-transaction tail; it takes
@@ -504,6 +507,15 @@ class ReplicaManager:
                          list(hosted.isr))
                 self._propose(hosted, tuple(r for r in hosted.isr if r not in lagging))
 
+    def _count_isr_change(self, hosted: Partition, isr: tuple[int, ...]) -> None:
+        """IsrShrinksPerSec / IsrExpandsPerSec of a partition led here, counted where its ISR
+        is replaced (the AlterPartition answer or the image, whichever comes first)."""
+        if hosted.is_leader and len(isr) != len(hosted.isr):
+            if len(isr) < len(hosted.isr):
+                self.isr_shrinks += 1
+            else:
+                self.isr_expands += 1
+
     def _propose(self, hosted: Partition, new_isr: tuple[int, ...]) -> None:
         hosted.pending_isr = new_isr
         self.propose_isr(hosted, new_isr)
@@ -513,7 +525,10 @@ class ReplicaManager:
         """The controller's answer to a proposal: the committed ISR (None: refused, the image
         has the truth)."""
         hosted.pending_isr = None
+        if isr is None:
+            self.failed_isr_updates += 1
         if isr is not None and partition_epoch > hosted.partition_epoch:
+            self._count_isr_change(hosted, isr)
             hosted.isr = isr
             hosted.partition_epoch = partition_epoch
         if hosted.is_leader:

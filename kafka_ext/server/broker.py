@@ -44,9 +44,19 @@ from kafka_ext.replication.alter_partition_manager import AlterPartitionManager
 from kafka_ext.replication.directory_assignments import DirectoryAssignments
 from kafka_ext.replication.replica_fetcher import ReplicaFetcherManager
 from kafka_ext.replication.replica_manager import ReplicaManager
+from kafka_ext.security.acl import Authorizer
+from kafka_ext.security.sasl import ScramCredential
+from kafka_ext.security.session import (
+    ListenerSecurity,
+    NodeClientSecurity,
+    SecurityConfigError,
+    listener_security,
+    node_client_security,
+)
 from kafka_ext.server import (
     admin,
     api_versions,
+    authentication,
     chunks,
     diskless,
     forwarding,
@@ -60,6 +70,7 @@ from kafka_ext.server import (
     quorum,
     quotas,
     reassignment,
+    security_admin,
     txn,
 )
 from kafka_ext.server.alter_partition import handle_alter_partition
@@ -79,6 +90,8 @@ from kafka_ext.server.config import (
 from kafka_ext.server.dispatcher import RequestDispatcher
 from kafka_ext.server.fetch_session import FetchSessionCache
 from kafka_ext.server.kraft import prepare_storage
+from kafka_ext.server.log4j_controller import configure_logging, start_up_message
+from kafka_ext.server.metrics import BrokerTopicStats, MetricsServer
 from kafka_ext.storage.checkpoints import fsync_dir
 from kafka_ext.storage.formatter import read_bootstrap_records
 from kafka_ext.storage.log import UnifiedLog
@@ -104,7 +117,17 @@ class Broker:
     """One kafka-ext process; everything it owns runs on its event loop."""
 
     def __init__(self, config: BrokerConfig) -> None:
-        _check_supported(config)
+        self.listener_security = _listener_securities(config)
+        # This node's side of its links: to brokers (replication, markers) and to controllers.
+        self.inter_broker_security = _node_client_security(
+            config, config.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol")
+        self.controller_client_security = _node_client_security(
+            config, next(iter(config.controller_listener_names), None),
+            "sasl.mechanism.controller.protocol")
+        # ACLs (docs/security.md): None when authorizer.class.name is empty.
+        self.authorizer = (Authorizer(_super_users(config), bool(
+            config.values["allow.everyone.if.no.acl.found"]))
+            if config.values["authorizer.class.name"] else None)
         self.config = config
         self.node_id = config.node_id
         # KRaft start-up (server/kraft.py): formatted storage, a quorum this build serves.
@@ -146,6 +169,7 @@ class Broker:
         self.replica_manager.static_follower_rate = int(str(
             config.values["follower.replication.throttled.rate"]))
         self.fetch_sessions = FetchSessionCache()
+        self.topic_stats = BrokerTopicStats()  # MessagesIn, BytesIn, BytesOut (metrics.py)
         # Client quotas (docs/quotas.md): kept in line with the metadata image.
         self.quotas = QuotaManagers(config.values)
         self.dispatcher = RequestDispatcher(self)
@@ -158,7 +182,8 @@ class Broker:
         self.node_channels = NodeChannels(lambda _: None, f"kafka-ext-node-{config.node_id}")
         # Broker to broker (transaction markers), at their inter-broker listener.
         self.broker_channels = NodeChannels(self.broker_endpoint,
-                                            f"kafka-ext-broker-{config.node_id}")
+                                            f"kafka-ext-broker-{config.node_id}",
+                                            self.inter_broker_security)
         self.txn_coordinator = TransactionCoordinator(self)
         self.group_coordinator = GroupCoordinator(self, GroupConfig.from_broker_config(config))
         self.auto_topic_creation = AutoTopicCreationManager(self)
@@ -166,6 +191,7 @@ class Broker:
         # broker side (WAL writer, object cache, orphan scanner) that uses them.
         self.diskless_coordinator = DisklessCoordinator(self)
         self.diskless = DisklessService(self)
+        self.metrics_server = MetricsServer(self)  # prometheus.metrics.port (metrics.py)
         self.bound_ports: list[int] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
@@ -227,8 +253,11 @@ class Broker:
             **reassignment.HANDLERS,  # ElectLeaders, Alter/ListPartitionReassignments
             **partition_count.HANDLERS,  # KIP-253, partition reduction
             **chunks.HANDLERS,  # CreateChunks, AlterChunkAssignments (seed 000)
+            **security_admin.HANDLERS,  # SCRAM credentials and ACLs
         }
         handlers[ApiKey.ENVELOPE] = forwarding.handle_envelope
+        handlers[ApiKey.SASL_HANDSHAKE] = authentication.handle_sasl_handshake
+        handlers[ApiKey.SASL_AUTHENTICATE] = authentication.handle_sasl_authenticate
         handlers[ApiKey.BROKER_REGISTRATION] = handle_broker_registration
         handlers[ApiKey.BROKER_HEARTBEAT] = handle_broker_heartbeat
         handlers[ApiKey.ALLOCATE_PRODUCER_IDS] = forwarding.handle_allocate_producer_ids
@@ -242,6 +271,10 @@ class Broker:
             self.dispatcher.register(key, handler)
 
     # -- helpers for handlers ----------------------------------------------------------------
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """A user's SCRAM credential for `mechanism`, as the metadata image holds it now."""
+        return self.controller.image.scram_credentials.get(user, {}).get(mechanism)
 
     def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         """Run request work nobody awaits (acks=0 diskless appends); stop() waits for it."""
@@ -263,10 +296,11 @@ class Broker:
                 log.warning("could not remove %s (retried at next start): %s", path, exc)
         self._executor.submit(remove)
 
-    def live_nodes(self) -> list[Node]:
-        """The unfenced brokers, as clients reach them on this broker's client listener
-        (Kafka answers with the endpoints of the listener the request came in on)."""
-        listener = self.lifecycle.listeners()[0]
+    def live_nodes(self, listener_name: str | None = None) -> list[Node]:
+        """The unfenced brokers, as clients reach them on `listener_name` (Kafka answers with
+        the endpoints of the listener the request came in on); by default the first."""
+        listeners = self.lifecycle.listeners()
+        listener = next((lst for lst in listeners if lst.name == listener_name), listeners[0])
         image = self.controller.image if self.controller is not None else MetadataImage()
         nodes = []
         for registration in image.live_brokers():
@@ -315,6 +349,8 @@ class Broker:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        log.info("%s", start_up_message(self.config))
+        await self.metrics_server.start()  # its collector copes with a broker still starting
         registry()  # compile every schema before the first request
         tune_garbage_collector()
         await self.run_blocking(self.log_manager.load)
@@ -325,10 +361,14 @@ class Broker:
         bound: dict[str, int] = {}
         for listener in self.config.listeners:
             if listener.name in self.config.controller_listener_names or listener.port == 0:
-                bound[listener.name] = await self.socket_server.listen(listener.host,
-                                                                       listener.port)
+                bound[listener.name] = await self.socket_server.listen(
+                    listener.host, listener.port, self.listener_security[listener.name])
         self.bound_ports = [bound.get(listener.name, 0) for listener in self.config.listeners]
         await self._start_controller()
+        if self.authorizer is not None:
+            authorizer = self.authorizer
+            authorizer.update(self.controller.image.acls)
+            self.controller.listeners.append(lambda old, new: authorizer.update(new.acls))
         if not self.config.is_broker:
             await self._start_controller_only()
             return
@@ -349,8 +389,8 @@ class Broker:
         await log_dirs.start_jbod(self)
         for listener in self.config.listeners:
             if listener.name not in bound:
-                bound[listener.name] = await self.socket_server.listen(listener.host,
-                                                                       listener.port)
+                bound[listener.name] = await self.socket_server.listen(
+                    listener.host, listener.port, self.listener_security[listener.name])
         self.bound_ports = [bound[listener.name] for listener in self.config.listeners]
         loop = asyncio.get_running_loop()
         config = self.config
@@ -457,8 +497,10 @@ class Broker:
         # Raft traffic has connections of its own: a long-polling fetch must never wait
         # behind a forwarded request that waits for that very fetch (Kafka's RaftManager
         # has its own NetworkClient too).
-        self.node_channels = NodeChannels(endpoints.get, f"kafka-ext-node-{self.node_id}")
-        raft_channels = NodeChannels(endpoints.get, f"kafka-ext-raft-{self.node_id}")
+        self.node_channels = NodeChannels(endpoints.get, f"kafka-ext-node-{self.node_id}",
+                                          self.controller_client_security)
+        raft_channels = NodeChannels(endpoints.get, f"kafka-ext-raft-{self.node_id}",
+                                     self.controller_client_security)
         return RaftManager(local, voters, KafkaMetadataLog(metadata_log), metadata_log.dir,
                            self.cluster_id, raft_channels, self.run_blocking, raft_config)
 
@@ -486,6 +528,7 @@ class Broker:
                 self._remove_dir_later(self.log_manager.detach_log(topic, partition))
 
     async def stop(self) -> None:
+        await self.metrics_server.close()
         if not self.config.is_broker:
             await self._stop_controller_only()
             return
@@ -645,6 +688,8 @@ _CONTROLLER_APIS = frozenset({
     ApiKey.ALTER_PARTITION, ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
     ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.ASSIGN_REPLICAS_TO_DIRS,
     ApiKey.DELETE_PARTITIONS, ApiKey.CREATE_CHUNKS, ApiKey.ALTER_CHUNK_ASSIGNMENTS,
+    ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.DESCRIBE_ACLS,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
 })
 
 
@@ -662,15 +707,26 @@ def _unlink_deleted_files(pending: list[tuple[UnifiedLog, list[Path]]]
     return failed
 
 
-def _check_supported(config: BrokerConfig) -> None:
-    """Refuse settings this broker would otherwise ignore: a listener declared SSL or SASL must
-    never serve plaintext (the quorum shapes served are checked by server/kraft.py)."""
-    for listener in config.listeners:
-        protocol = config.security_protocol(listener.name)
-        if protocol != "PLAINTEXT":
-            raise ConfigError(f"listener {listener.name} uses {protocol}, which kafka-ext does "
-                              "not serve yet; only PLAINTEXT listeners are supported",
-                              "listeners", listener.name)
+def _super_users(config: BrokerConfig) -> list[str]:
+    """super.users: principals separated by ';' (User:admin;User:ops)."""
+    return [p.strip() for p in str(config.values["super.users"] or "").split(";") if p.strip()]
+
+
+def _node_client_security(config: BrokerConfig, listener_name: str | None,
+                          mechanism_key: str) -> NodeClientSecurity:
+    try:
+        return node_client_security(config, listener_name, mechanism_key)
+    except (SecurityConfigError, ValueError) as exc:
+        raise ConfigError(str(exc), mechanism_key, None) from None
+
+
+def _listener_securities(config: BrokerConfig) -> dict[str, ListenerSecurity]:
+    """Each listener's TLS and SASL settings; a ConfigError naming the key stops start-up."""
+    try:
+        return {listener.name: listener_security(config, listener.name)
+                for listener in config.listeners}
+    except (SecurityConfigError, ValueError) as exc:
+        raise ConfigError(str(exc), "listeners", None) from None
 
 
 def tune_garbage_collector() -> None:
@@ -690,8 +746,7 @@ def _raise_open_file_limit() -> None:
 
 def run(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM or SIGINT (the `kafka-ext server` command)."""
-    logging.basicConfig(level=logging.INFO,
-                        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    configure_logging()  # Kafka's log4j layout; levels change at run time (BROKER_LOGGER)
     _raise_open_file_limit()
     try:
         import uvloop

@@ -14,6 +14,11 @@ a new log. AlterChunkAssignments is answered by the active controller.
 
 StartTimestamp is the time the chunk is created: every record appended to the new chunk came
 after it, whatever timestamps producers set.
+
+Authorization: CreateChunks needs ALTER on each topic (checked on the leader and again on the
+controller, for the client the forwarded request names). AlterChunkAssignments needs ALTER on
+the cluster, like AlterPartitionReassignments, or CLUSTER_ACTION: replicas report their copies
+with it, forwarded in Envelopes without a principal, which run as the sending node.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from kafka_ext.controller.chunk_control import ChunkChange, ChunkCreation
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.acl import AclOperation
+from kafka_ext.server.authorization import authorized_topics, cluster_authorized
 from kafka_ext.server.dispatcher import RequestContext
 
 _reg = registry()
@@ -39,18 +46,26 @@ async def handle_create_chunks(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["CreateChunksResponse"].cls
     broker = ctx.broker
     entries = request.topic_partitions
+    alterable = authorized_topics(ctx, AclOperation.ALTER, (e.topic_name for e in entries))
+    results: dict[int, tuple[ErrorCode, str | None]] = {
+        index: (ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+        for index, entry in enumerate(entries) if entry.topic_name not in alterable}
     if ctx.forwarded:  # the active controller, with offsets a leader filled in
-        outcome = await broker.controller.create_chunks([_creation(e) for e in entries])
+        allowed = [(index, e) for index, e in enumerate(entries) if index not in results]
+        if allowed:
+            outcome = await broker.controller.create_chunks([_creation(e) for _, e in allowed])
+            results.update(zip((index for index, _ in allowed), outcome, strict=True))
         return Response(throttle_time_ms=0, results=[
             Response.CreateChunksTopicPartitionResult(
-                topic_name=e.topic_name, partition_id=e.partition_id, error_code=int(code),
-                error_message=message) for e, (code, message) in zip(entries, outcome,
-                                                                      strict=True)])
-    results: dict[int, tuple[ErrorCode, str | None]] = {}
+                topic_name=e.topic_name, partition_id=e.partition_id,
+                error_code=int(results[i][0]), error_message=results[i][1])
+            for i, e in enumerate(entries)])
     closing: list[Any] = []  # the leaders' partitions taking no appends meanwhile
     try:
         ready = []
         for index, entry in enumerate(entries):
+            if index in results:
+                continue
             try:
                 hosted = broker.replica_manager.leader_partition(entry.topic_name,
                                                                  entry.partition_id)
@@ -107,7 +122,8 @@ async def _to_controller(ctx: RequestContext, entries: list[Any]
     try:
         answer = await broker.forwarding.forward(ApiKey.CREATE_CHUNKS, ctx.api_version,
                                                  Request(topic_partitions=entries),
-                                                 ctx.client_id)
+                                                 ctx.client_id, principal=ctx.principal,
+                                                 client_host=ctx.client_host)
     except KafkaError as exc:
         return [(exc.code, exc.message or None)] * len(entries)
     return [(ErrorCode(r.error_code), r.error_message) for r in answer.results]
@@ -123,6 +139,10 @@ def _creation(entry: Any) -> ChunkCreation:
 async def handle_alter_chunk_assignments(ctx: RequestContext, request: Any) -> Any:
     """On the active controller (forwarded by other nodes)."""
     Response = _reg["AlterChunkAssignmentsResponse"].cls
+    if not (cluster_authorized(ctx, AclOperation.ALTER)
+            or cluster_authorized(ctx, AclOperation.CLUSTER_ACTION)):
+        return alter_chunk_assignments_error(request, KafkaError(
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."))
     chunks = request.chunks
     outcome = await ctx.broker.controller.alter_chunk_assignments([
         ChunkChange(c.topic_name, c.partition_id, c.start_offset, c.chunk_epoch,

@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 
 # The user principal of a connection that did not authenticate (Kafka's KafkaPrincipal.ANONYMOUS).
 ANONYMOUS = "ANONYMOUS"
-# The connection state key a SASL handler sets to the authenticated user name.
-PRINCIPAL_STATE_KEY = "principal"
 # Kafka: a quota sensor idle this long is dropped.
 INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000
 # Bound on cached (user, client-id) resolutions and on sensors before idle ones are dropped.
@@ -397,12 +395,6 @@ def quota_key(entity: QuotaEntity) -> QuotaKey:
     return user, client
 
 
-def principal(state: Mapping[str, Any]) -> str:
-    """The user name quotas see for a connection: its SASL principal, else ANONYMOUS."""
-    name = state.get(PRINCIPAL_STATE_KEY)
-    return name if isinstance(name, str) else ANONYMOUS
-
-
 class HandlerTimer:
     """Awaits a request handler and adds up the time its steps run on the event loop, not
     the time it waits: the request-time quota's "thread time" (Kafka's requestThreadTimeNanos)."""
@@ -461,7 +453,7 @@ def throttle_response(ctx: RequestContext, response: Any, timer: HandlerTimer | 
     if timer is not None and response is not None:
         quotas = ctx.broker.quotas
         throttle = max(throttle, quotas.request.record_and_get_throttle_time_ms(
-            principal(ctx.connection.state), ctx.client_id or "",
+            ctx.principal.name, ctx.client_id or "",
             timer.elapsed_ns * NANOS_TO_PERCENTAGE, now_ms()))
     if throttle <= 0:
         return
@@ -474,7 +466,7 @@ def throttle_response(ctx: RequestContext, response: Any, timer: HandlerTimer | 
 
 def client_of(ctx: RequestContext) -> tuple[str, str]:
     """(user principal, client id) of a request, as quotas see them."""
-    return principal(ctx.connection.state), ctx.client_id or ""
+    return ctx.principal.name, ctx.client_id or ""
 
 
 THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."

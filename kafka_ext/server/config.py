@@ -68,6 +68,7 @@ class ConfigSource(IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6  # a logger's level (server/log4j_controller.py)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,6 +329,7 @@ COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("delete", "compact")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 IGNORED = " Accepted for compatibility and ignored: kafka-ext serves all I/O from one event loop."
 
 
@@ -395,6 +397,12 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
        "count", at_least(0)),
     _d("max.connections.per.ip.overrides", _S, "",
        "Per-address connection limits as host:count pairs separated by commas.", ""),
+    # Metrics for Prometheus (server/metrics.py, docs/metrics.md)
+    _d("prometheus.metrics.port", _I, 0,
+       "Port of the Prometheus endpoint http://<prometheus.metrics.host>:<port>/metrics; 0 "
+       "serves none.", "", Between(0, 65535)),
+    _d("prometheus.metrics.host", _S, "",
+       "Address the Prometheus endpoint binds; empty binds every interface.", ""),
     # Log directories
     _d("log.dirs", _LI, None, "Directories holding partition logs (JBOD); overrides log.dir.", "",
        _non_empty_list),
@@ -607,7 +615,8 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
     _d("allow.everyone.if.no.acl.found", _B, False,
        "Allow an operation on a resource that has no ACL at all.", ""),
     _d("authorizer.class.name", _S, "",
-       "Empty disables authorization; any other value enables the built-in ACL authorizer.", ""),
+       "Empty disables authorization; Kafka's StandardAuthorizer class name enables the ACLs "
+       "kept in the cluster metadata.", "", OneOf(("", STANDARD_AUTHORIZER))),
     _d("sasl.enabled.mechanisms", _LI, SASL_MECHANISMS, "SASL mechanisms offered to clients.", "",
        SubsetOf(SASL_MECHANISMS)),
     _d("sasl.mechanism.inter.broker.protocol", _S, "PLAIN",
@@ -633,6 +642,22 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
     _d("ssl.cipher.suites", _LI, (), "Cipher suites allowed; empty keeps the ssl module's defaults.", ""),
     _d("ssl.endpoint.identification.algorithm", _S, "https",
        "Host name verification towards other brokers; empty disables it.", ""),
+    _d("ssl.principal.mapping.rules", _S, "DEFAULT",
+       "Rules turning a client certificate's subject into a principal name "
+       "(RULE:pattern/replacement/[LU], comma-separated, DEFAULT keeps the whole subject).", ""),
+    _d("sasl.jaas.config", _P, None,
+       "JAAS login for SASL: the credentials this node presents to other nodes and, for PLAIN, "
+       "the user_NAME=\"password\" entries it accepts (listener.name.<l>.<mechanism>."
+       "sasl.jaas.config overrides it per listener and mechanism).", ""),
+    _d("connections.max.reauth.ms", _L, 0,
+       "Longest SASL session before the client must re-authenticate (KIP-368); 0 never.", "ms",
+       at_least(0)),
+    _d("sasl.server.max.receive.size", _I, 524288,
+       "Largest request read from a client that has not completed its SASL login.", "bytes",
+       at_least(1)),
+    _d("connection.failed.authentication.delay.ms", _I, 100,
+       "Delay before the answer to a failed authentication, which then closes the connection.",
+       "ms", at_least(0)),
     # Client quotas (docs/quotas.md)
     _d("quota.window.num", _I, 11, "Samples kept for client quota rates.", "count", at_least(1)),
     _d("quota.window.size.seconds", _I, 1, "Time span of each client quota sample.", "s",
@@ -907,6 +932,15 @@ _INT_RANGES = {
 }
 
 
+def is_sensitive(name: str) -> bool:
+    """Whether a broker key's value is secret: a password-typed key, also under a listener's
+    prefix (`listener.name.<l>.ssl.key.password`), and any JAAS config (it holds passwords)."""
+    if name.startswith(LISTENER_PREFIX):
+        name = name[len(LISTENER_PREFIX):].partition(".")[2]
+    definition = BROKER_CONFIGS.get(name)
+    return (definition is not None and definition.sensitive) or name.endswith("sasl.jaas.config")
+
+
 def parse_value(name: str, type_: ConfigType, raw: str,
                 validator: Validator | None = None) -> object:
     """Turn the text form of `name` into its typed value and validate it, or raise ConfigError."""
@@ -1064,6 +1098,19 @@ class BrokerConfig:
                       for v in _strings(self.values["advertised.listeners"] or ())}
         return tuple(advertised.get(lst.name, _wildcard_to_hostname(lst))
                      for lst in self.listeners if lst.name in self.controller_listener_names)
+
+    def listener_setting(self, listener_name: str, key: str) -> object:
+        """`key` as one listener sees it: `listener.name.<listener>.<key>` when set (parsed with
+        the key's type), else the broker-wide value (None for a key only listeners have, such
+        as `plain.sasl.jaas.config`)."""
+        text = self.listener_configs.get(f"{LISTENER_PREFIX}{listener_name.lower()}.{key}")
+        definition = BROKER_CONFIGS.get(key)
+        if text is None:
+            return self.values.get(key)
+        if definition is None:
+            return text
+        return parse_value(f"{LISTENER_PREFIX}{listener_name.lower()}.{key}", definition.type,
+                           text, definition.validator)
 
     def security_protocol(self, listener_name: str) -> str:
         """Security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) of a listener name."""

@@ -13,6 +13,7 @@ any other such key closes the connection, as Kafka does for an API its listener 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,17 +28,32 @@ from kafka_ext.protocol.framing import (
     response_header_version,
 )
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.acl import AclOperation
+from kafka_ext.security.principal import ANONYMOUS, KafkaPrincipal
+from kafka_ext.server.authentication import raw_token
+from kafka_ext.server.authorization import cluster_authorized
 from kafka_ext.server.client_quota_manager import (
     REQUEST_QUOTA_EXEMPT,
     HandlerTimer,
     throttle_response,
 )
+from kafka_ext.server.metrics import RequestMetrics
 from kafka_ext.server.share_groups import answer_share_group_request, is_share_group_key
 
 if TYPE_CHECKING:
     from kafka_ext.server.broker import Broker
 
 log = logging.getLogger(__name__)
+
+# What a SASL listener serves before the login completes (or after its session expired).
+_BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
+                                    ApiKey.SASL_AUTHENTICATE})
+
+# Requests only nodes send (Raft, registration, forwarding, replication, diskless
+# coordinators, transaction markers): Kafka requires CLUSTER_ACTION on the cluster for them.
+# (Fetch from a follower is checked by the fetch handler: the same key serves consumers.)
+CLUSTER_ACTION_APIS = frozenset(
+    {key for key in ApiKey if audience(key) == Audience.NODE} | {ApiKey.WRITE_TXN_MARKERS})
 
 # KafkaConnection.state key: the peer's Audience, set by its ApiVersions v3+ request.
 PEER_AUDIENCE = "peer_audience"
@@ -63,10 +79,18 @@ class RequestContext:
     # KIP-590: a request another broker forwarded in an Envelope (answered here, never
     # forwarded again; its throttle goes back in the answer, not onto the node's connection).
     forwarded: bool = False
+    # Who sent it, and from where (the Envelope's principal and client address when forwarded).
+    principal: KafkaPrincipal = ANONYMOUS
+    client_host: str = ""
 
     @property
     def client_id(self) -> str | None:
         return self.header.client_id
+
+    @property
+    def listener_name(self) -> str:
+        """The listener the request came in on: its answers name brokers by that listener."""
+        return self.connection.security.listener.listener
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
@@ -87,20 +111,26 @@ class RequestDispatcher:
         self.broker = broker
         self.handlers: dict[int, Handler] = {}
         self._registry = registry()
+        self.request_metrics = RequestMetrics()  # Prometheus (server/metrics.py)
 
     def register(self, api_key: int, handler: Handler) -> None:
         self.handlers[api_key] = handler
 
     async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview
                            ) -> list[Any] | None:
+        security = conn.security
+        if security.raw_tokens and security.exchange is not None:
+            return await raw_token(conn, frame)  # SaslHandshake v0: bare SASL tokens follow
         return await self._dispatch(conn, frame, forwarded=False)
 
-    async def handle_forwarded(self, conn: KafkaConnection, frame: bytes | memoryview
+    async def handle_forwarded(self, conn: KafkaConnection, frame: bytes | memoryview,
+                               principal: KafkaPrincipal, client_host: str
                                ) -> list[Any] | None:
-        """A request another node forwarded in an Envelope (that node passed the audience
-        check); the answer frame, or None when the request could not be decoded."""
+        """A request another node forwarded in an Envelope for `principal` (that node passed
+        the audience check); the answer frame, or None when the request could not be decoded."""
         try:
-            return await self._dispatch(conn, frame, forwarded=True)
+            return await self._dispatch(conn, frame, forwarded=True, principal=principal,
+                                        client_host=client_host)
         except CloseConnection as exc:
             log.warning("forwarded request refused: %s", exc)
             return None
@@ -108,11 +138,19 @@ class RequestDispatcher:
             raise exc.error from None
 
     async def _dispatch(self, conn: KafkaConnection, frame: bytes | memoryview,
-                        forwarded: bool) -> list[Any] | None:
+                        forwarded: bool, principal: KafkaPrincipal | None = None,
+                        client_host: str | None = None) -> list[Any] | None:
         try:
             api_key, api_version, correlation_id = peek_request_prefix(frame)
         except DecodeError as exc:
             raise CloseConnection(str(exc)) from None
+        security = conn.security
+        if not forwarded and (not security.authenticated or (
+                security.session_expires_at is not None and security.session_expired())) \
+                and api_key not in _BEFORE_AUTHENTICATION:
+            raise CloseConnection(f"API key {api_key} before SASL authentication completed"
+                                  if not security.authenticated else
+                                  "SASL session expired without re-authentication")
         if not forwarded and audience(api_key) > peer_audience_of(conn):
             if is_share_group_key(api_key):
                 return answer_share_group_request(frame, api_key, api_version, correlation_id)
@@ -135,9 +173,17 @@ class RequestDispatcher:
             raise CloseConnection(f"malformed {request_type.name} v{api_version}: "
                                   f"{exc.message}") from None
         ctx = RequestContext(header, api_version, self.broker, conn, len(frame),
-                             forwarded=forwarded)
+                             forwarded=forwarded,
+                             principal=principal or conn.security.principal,
+                             client_host=client_host or conn.host)
         timer = None
+        # RequestMetrics: the frame's arrival (read before any await) and the handler's start
+        arrived, started = conn.received_at, time.perf_counter()
         try:
+            if api_key in CLUSTER_ACTION_APIS and not cluster_authorized(
+                    ctx, AclOperation.CLUSTER_ACTION):
+                raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                 f"{ctx.principal} may not send inter-broker requests")
             if self.broker.quotas.request.enabled and api_key not in REQUEST_QUOTA_EXEMPT:
                 timer = HandlerTimer(handler(ctx, request))
                 response = await timer
@@ -159,11 +205,14 @@ class RequestDispatcher:
                 raise CloseConnection("unexpected server error") from None
         if timer is not None or ctx.throttle_time_ms:
             throttle_response(ctx, response, timer)
-        if response is None:
-            return None
-        response_type = self._registry.responses[api_key]
-        return encode_response(correlation_id, response_header_version(api_key, api_version),
-                               response_type, api_version, response)
+        # -- RequestMetrics (server/metrics.py); a forwarded request counts as its Envelope --
+        handled = time.perf_counter()
+        parts = None if response is None else encode_response(
+            correlation_id, response_header_version(api_key, api_version),
+            self._registry.responses[api_key], api_version, response)
+        if not forwarded:
+            self.request_metrics.record(api_key, api_version, request, arrived, started, handled)
+        return parts
 
     def _error_response(self, api_key: int, api_version: int, code: ErrorCode) -> Any:
         """A response carrying `code` at top level, when this version has a top-level error

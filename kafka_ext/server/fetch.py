@@ -33,6 +33,8 @@ from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.legacy_records import MAGIC_V0, MAGIC_V1, down_convert
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.acl import AclOperation
+from kafka_ext.server.authorization import authorized_topics, cluster_authorized
 from kafka_ext.server.client_quota_manager import client_of, now_ms
 from kafka_ext.server.config import RACK_AWARE_SELECTOR
 from kafka_ext.server.dispatcher import RequestContext
@@ -68,6 +70,11 @@ class _Target:
     cached: CachedPartition
     current_leader_epoch: int = -1
     unknown_topic_id: bool = False
+    denied: bool = False  # the principal may not READ the topic
+
+    @property
+    def unreadable(self) -> bool:
+        return self.unknown_topic_id or self.denied
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
@@ -81,6 +88,11 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         session, targets, incremental = _resolve(ctx, request, uses_ids)
     except KafkaError as exc:
         return _Response(error_code=int(exc.code), session_id=0, responses=[])
+    if broker.authorizer is not None:  # ACLs: READ on each topic
+        readable = authorized_topics(ctx, AclOperation.READ,
+                                     (t.topic for t in targets if not t.unknown_topic_id))
+        for target in targets:
+            target.denied = not target.unknown_topic_id and target.topic not in readable
     fetch_quota = broker.quotas.fetch
     if fetch_quota.enabled:
         # Kafka caps a consumer's fetch at what its quota allows in one full window, so one
@@ -91,7 +103,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     diskless = {i for i, t in enumerate(targets)
-                if not t.unknown_topic_id and broker.diskless.is_diskless(t.topic, t.partition)}
+                if not t.unreadable and broker.diskless.is_diskless(t.topic, t.partition)}
     magic = _down_conversion_magic(ctx.api_version)
     while True:
         relayed: dict[int, Any] = {}
@@ -112,7 +124,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         if total_bytes >= request.min_bytes or has_error or remaining <= 0:
             break
         await broker.replica_manager.wait_for_data(
-            [(t.topic, t.partition) for t in targets if not t.unknown_topic_id], remaining)
+            [(t.topic, t.partition) for t in targets if not t.unreadable], remaining)
     if fetch_quota.enabled and _throttled(ctx, total_bytes):
         # KIP-219: an over-quota consumer gets an empty answer carrying the throttle time; a
         # session this full fetch would have opened is not kept (Kafka opens it on answering).
@@ -120,6 +132,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             broker.fetch_sessions.remove(session.session_id)
         return _Response(error_code=0, session_id=session.session_id if incremental and session else 0,
                          responses=[])
+    broker.topic_stats.record_fetch(targets, results)  # BytesOut (server/metrics.py)
     responses: dict[tuple[str, uuid.UUID], Any] = {}
     for target, data in zip(targets, results, strict=True):
         if session is not None and _has_records(data.records):
@@ -136,7 +149,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             topic = responses[key] = _TopicResponse(topic=target.topic, topic_id=target.topic_id,
                                                     partitions=[])
         topic.partitions.append(data)
-    endpoints = add_leader_hints(broker, ((t.topic, p) for t in responses.values()
+    endpoints = add_leader_hints(ctx, ((t.topic, p) for t in responses.values()
                                           for p in t.partitions), _Response.NodeEndpoint)
     return _Response(error_code=0, session_id=session.session_id if session else 0,
                      responses=list(responses.values()), node_endpoints=endpoints)
@@ -153,6 +166,11 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
     image = broker.controller.image
     wanted: list[tuple[str, Any, Any]] = []  # (topic name, topic id, FetchPartition)
     results: list[Any] = []
+    if not cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):  # only brokers replicate
+        return _Response(error_code=0, session_id=0, responses=[_TopicResponse(
+            topic=t.topic, topic_id=t.topic_id, partitions=[_PartitionData(
+                partition_index=p.partition, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                high_watermark=-1, records=[]) for p in t.partitions]) for t in request.topics])
     for topic in request.topics:
         found = (image.topics_by_id.get(topic.topic_id) if uses_ids
                  else image.topics_by_name.get(topic.topic))
@@ -209,7 +227,7 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
             topic_answer = responses[(name, topic_id)] = _TopicResponse(
                 topic=name, topic_id=topic_id, partitions=[])
         topic_answer.partitions.append(data)
-    endpoints = add_leader_hints(broker, ((t.topic, p) for t in responses.values()
+    endpoints = add_leader_hints(ctx, ((t.topic, p) for t in responses.values()
                                           for p in t.partitions), _Response.NodeEndpoint)
     return _Response(error_code=0, session_id=0, responses=list(responses.values()),
                      node_endpoints=endpoints)
@@ -616,10 +634,11 @@ def _read_all(broker: Any, request: Any, targets: list[_Target], diskless: set[i
             results.append(_PartitionData(partition_index=target.partition, error_code=0,
                                           records=[]))
             continue
-        if target.unknown_topic_id:
+        if target.unreadable:
+            code = (ErrorCode.UNKNOWN_TOPIC_ID if target.unknown_topic_id
+                    else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             results.append(_PartitionData(partition_index=target.partition,
-                                          error_code=int(ErrorCode.UNKNOWN_TOPIC_ID),
-                                          high_watermark=-1, records=[]))
+                                          error_code=int(code), high_watermark=-1, records=[]))
             has_error = True
             continue
         in_chunk = _inactive_chunk_read(broker, request, target, from_follower, rack_id,

@@ -14,18 +14,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import struct
 import time
 from typing import TYPE_CHECKING, Any
 
 from kafka_ext.controller.quorum_controller import TopicCreation, TopicCreationResult
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.compiler import ZERO_UUID
-from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError
 from kafka_ext.protocol.framing import decode_response, encode_request
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.principal import KafkaPrincipal
 from kafka_ext.server.chunks import alter_chunk_assignments_error
+from kafka_ext.server.log4j_controller import BROKER_LOGGER_RESOURCE
 from kafka_ext.server.partition_count import delete_partitions_error
 from kafka_ext.server.reassignment import elect_leaders_error
+from kafka_ext.server.security_admin import (
+    alter_user_scram_credentials_error,
+    create_acls_error,
+    delete_acls_error,
+)
 
 if TYPE_CHECKING:
     from kafka_ext.server.broker import Broker
@@ -34,7 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Client requests that change metadata, and DescribeQuorum: answered by the active controller
-# (Kafka forwards these and the ACL and SCRAM ones, which later issues bring).
+# (as Kafka forwards them).
 FORWARDED_APIS = frozenset({
     ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
     ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS,
@@ -42,11 +51,14 @@ FORWARDED_APIS = frozenset({
     ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
     ApiKey.LIST_PARTITION_REASSIGNMENTS,  # what the quorum committed, not a broker's lag
     ApiKey.DELETE_PARTITIONS, ApiKey.ALTER_CHUNK_ASSIGNMENTS,
+    ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
 })
 FORWARD_TIMEOUT_S = 30.0
 RETRY_BACKOFF_S = 0.1
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 _reg = registry()
+_PRINCIPAL_DATA = _reg["DefaultPrincipalData"]
+SHORT = struct.Struct(">h")
 
 
 def forwardable(handler: Handler) -> Handler:
@@ -59,7 +71,11 @@ def forwardable(handler: Handler) -> Handler:
         # wait for one: a cut-off node must still say so.
         local_without_leader = (ctx.header.request_api_key == ApiKey.DESCRIBE_QUORUM
                                 and raft.leader_id < 0)
-        if ctx.forwarded or raft.is_leader or local_without_leader:
+        # Logger levels (BROKER_LOGGER) are this broker's own: Kafka never forwards them.
+        own_loggers = (ctx.header.request_api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS
+                       and all(r.resource_type == BROKER_LOGGER_RESOURCE
+                               for r in request.resources))
+        if ctx.forwarded or raft.is_leader or local_without_leader or own_loggers:
             try:
                 return await handler(ctx, request)
             except KafkaError as exc:
@@ -74,7 +90,8 @@ def forwardable(handler: Handler) -> Handler:
         try:
             return await broker.forwarding.forward(ctx.header.request_api_key, ctx.api_version,
                                                    request, ctx.client_id,
-                                                   min(timeout_ms / 1000, FORWARD_TIMEOUT_S))
+                                                   min(timeout_ms / 1000, FORWARD_TIMEOUT_S),
+                                                   ctx.principal, ctx.client_host)
         except KafkaError as exc:  # no controller in time: every entry says so
             return error_response(ctx.header.request_api_key, request, exc)
     return forward_or_handle
@@ -93,6 +110,12 @@ def error_response(api_key: int, request: Any, error: KafkaError) -> Any:
         return delete_partitions_error(request, error)
     if api_key == ApiKey.ALTER_CHUNK_ASSIGNMENTS:
         return alter_chunk_assignments_error(request, error)
+    if api_key == ApiKey.CREATE_ACLS:
+        return create_acls_error(request, error.code, message)
+    if api_key == ApiKey.DELETE_ACLS:
+        return delete_acls_error(request, error.code, message)
+    if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        return alter_user_scram_credentials_error(request, error.code, message)
     if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
         return _reg["AlterPartitionReassignmentsResponse"].cls(
             throttle_time_ms=0, error_code=code, error_message=message, responses=[])
@@ -128,6 +151,33 @@ def error_response(api_key: int, request: Any, error: KafkaError) -> Any:
                 for e in entry.entity]) for entry in request.entries])
 
 
+def serialize_principal(principal: KafkaPrincipal) -> bytes:
+    """An Envelope's RequestPrincipal: DefaultPrincipalData v0 behind its int16 version."""
+    data = _PRINCIPAL_DATA.cls(type=principal.principal_type, name=principal.name,
+                               token_authenticated=False)
+    return SHORT.pack(0) + _PRINCIPAL_DATA.encode(data, 0)
+
+
+def deserialize_principal(data: bytes | memoryview) -> KafkaPrincipal:
+    """The principal of an Envelope; KafkaError(INVALID_REQUEST) when it does not decode."""
+    try:
+        (version,) = SHORT.unpack_from(data, 0)
+        decoded = _PRINCIPAL_DATA.decode_all(memoryview(data)[2:], version)
+    except (DecodeError, struct.error) as exc:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"bad Envelope principal: {exc}") from None
+    return KafkaPrincipal(decoded.type, decoded.name)
+
+
+def _host_address(host: str) -> bytes:
+    """A client's address as the Envelope carries it (4 or 16 bytes); loopback for our own."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            return socket.inet_pton(family, host)
+        except OSError:
+            continue
+    return b"\x7f\x00\x00\x01"
+
+
 class ForwardingManager:
     """Sends requests to the active controller; owned by the broker's event loop."""
 
@@ -136,16 +186,20 @@ class ForwardingManager:
         self._correlation = 0
 
     async def forward(self, api_key: int, api_version: int, request: Any,
-                      client_id: str | None, timeout_s: float = FORWARD_TIMEOUT_S) -> Any:
+                      client_id: str | None, timeout_s: float = FORWARD_TIMEOUT_S,
+                      principal: KafkaPrincipal | None = None, client_host: str = "") -> Any:
         """The active controller's answer to `request`, once this node has applied what the
         controller had committed when it answered; KafkaError(REQUEST_TIMED_OUT) past the
-        deadline."""
+        deadline. `principal` and `client_host` name the client the request is made for (the
+        controller authorizes it as that client); None: this node's own request."""
         broker = self.broker
         raft = broker.controller.raft
         self._correlation += 1
         inner = encode_request(api_key, api_version, self._correlation, client_id, request)[4:]
-        envelope = _reg["EnvelopeRequest"].cls(request_data=inner, request_principal=b"",
-                                               client_host_address=b"\x7f\x00\x00\x01")
+        envelope = _reg["EnvelopeRequest"].cls(
+            request_data=inner,
+            request_principal=b"" if principal is None else serialize_principal(principal),
+            client_host_address=_host_address(client_host))
         deadline = time.monotonic() + timeout_s
         while True:
             remaining = deadline - time.monotonic()
@@ -233,8 +287,18 @@ async def handle_envelope(ctx: RequestContext, request: Any) -> Any:
     raft = broker.controller.raft
     if not raft.is_leader:
         return Response(response_data=None, error_code=ErrorCode.NOT_CONTROLLER)
+    # An Envelope with no principal is the sending node's own request: it runs as that node.
+    principal = (deserialize_principal(request.request_principal) if request.request_principal
+                 else ctx.principal)
     try:
-        frame = await broker.dispatcher.handle_forwarded(ctx.connection, request.request_data)
+        client_host = socket.inet_ntop(
+            socket.AF_INET6 if len(request.client_host_address) == 16 else socket.AF_INET,
+            bytes(request.client_host_address))
+    except (OSError, ValueError):
+        return Response(response_data=None, error_code=ErrorCode.INVALID_REQUEST)
+    try:
+        frame = await broker.dispatcher.handle_forwarded(ctx.connection, request.request_data,
+                                                         principal, client_host)
     except KafkaError as exc:
         return Response(response_data=None, error_code=exc.code)
     if frame is None:

@@ -13,6 +13,11 @@ ListGroups (16, v0-v5; state filter v4, type filter v5), DescribeGroups (15, v0-
 member id comes from the client from v1, from us when empty; topic regex v1) and
 ConsumerGroupDescribe (69, v0). The GroupCoordinator decides; these handlers translate the wire.
 
+Each handler first authorizes as Kafka's KafkaApis does (server/authorization.py): READ on the
+group to join, sync, heartbeat, leave or commit, DESCRIBE to find its coordinator, fetch its
+offsets or describe it, DELETE to delete it or its offsets; READ on a topic to commit or delete
+its offsets, DESCRIBE to see them; WRITE on the transactional id for TxnOffsetCommit.
+
 OffsetCommit v0 and OffsetFetch v0 read and wrote ZooKeeper, not the group coordinator; Kafka
 3.9 in KRaft mode decodes them and answers UNSUPPORTED_VERSION for every partition of a known
 topic, and so do we (docs/compatibility.md).
@@ -33,6 +38,15 @@ from kafka_ext.coordinator.group.coordinator import (
 )
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.acl import AclOperation, ResourceType
+from kafka_ext.server.authorization import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    authorized_operations,
+    authorized_topics,
+    cluster_authorized,
+    group_authorized,
+    transactional_id_authorized,
+)
 from kafka_ext.server.dispatcher import RequestContext
 
 _reg = registry()
@@ -41,10 +55,6 @@ GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 # Ours (docs/protocol.md): key = a __diskless_metadata partition number in decimal (KIP-1164).
 DISKLESS_KEY_TYPE = 100
-# AuthorizedOperations of a group when asked for it: READ (3), DELETE (6) and DESCRIBE (8);
-# without an authorizer every operation is allowed.
-_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-_OPERATIONS_NOT_REQUESTED = -(2**31)
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -55,6 +65,13 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
 def _client_host(ctx: RequestContext) -> str:
     peer = ctx.connection.peer
     return "/" + peer.rsplit(":", 1)[0] if peer != "?" else ""
+
+
+def _require_group(ctx: RequestContext, operation: AclOperation, group_id: str) -> None:
+    """GROUP_AUTHORIZATION_FAILED unless the principal may apply `operation` to the group."""
+    if not group_authorized(ctx, operation, group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                         f"{ctx.principal} may not {operation.name} group {group_id}")
 
 
 # -- FindCoordinator ---------------------------------------------------------------------------
@@ -81,8 +98,13 @@ async def _find(ctx: RequestContext, key_type: int, key: str
     if key_type == DISKLESS_KEY_TYPE:
         return _find_diskless(ctx, key)
     if key_type == GROUP_KEY_TYPE:
+        if not group_authorized(ctx, AclOperation.DESCRIBE, key):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", no_node
         coordinator: Any = ctx.broker.group_coordinator
     elif key_type == TRANSACTION_KEY_TYPE:
+        if not transactional_id_authorized(ctx, AclOperation.DESCRIBE, key):
+            return (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "Transactional Id authorization failed.", no_node)
         coordinator = getattr(ctx.broker, "txn_coordinator", None)
         if coordinator is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, "no transaction coordinator", no_node
@@ -94,7 +116,7 @@ async def _find(ctx: RequestContext, key_type: int, key: str
     except KafkaError as exc:
         return exc.code, exc.message, no_node
     leader = runtime.leader_of(coordinator.partition_for(key))
-    for node in ctx.broker.live_nodes():
+    for node in ctx.broker.live_nodes(ctx.listener_name):
         if node.node_id == leader:
             return ErrorCode.NONE, None, (node.node_id, node.host, node.port)
     return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is not available", no_node
@@ -119,7 +141,7 @@ def _find_diskless(ctx: RequestContext, key: str
         return (ErrorCode.INVALID_REQUEST,
                 f"no diskless coordinator {key}: {DISKLESS_METADATA_TOPIC} has "
                 f"{len(topic.partitions)} partitions", no_node)
-    for node in ctx.broker.live_nodes():
+    for node in ctx.broker.live_nodes(ctx.listener_name):
         if node.node_id == partition.leader:
             return ErrorCode.NONE, None, (node.node_id, node.host, node.port)
     return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is not available", no_node
@@ -131,6 +153,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["JoinGroupResponse"].cls
     version = ctx.api_version
     try:
+        _require_group(ctx, AclOperation.READ, request.group_id)
         result = await _coordinator(ctx).join_group(
             group_id=request.group_id, member_id=request.member_id,
             group_instance_id=request.group_instance_id, client_id=ctx.client_id or "",
@@ -158,6 +181,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["SyncGroupResponse"].cls
     try:
+        _require_group(ctx, AclOperation.READ, request.group_id)
         result = await _coordinator(ctx).sync_group(
             group_id=request.group_id, generation_id=request.generation_id,
             member_id=request.member_id, group_instance_id=request.group_instance_id,
@@ -185,6 +209,7 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
                       if p.position >= 0},
             wanted=frozenset((topic, p.partition) for topic, p in listed if p.need_position))
     try:
+        _require_group(ctx, AclOperation.READ, request.group_id)
         error = await _coordinator(ctx).heartbeat(
             group_id=request.group_id, generation_id=request.generation_id,
             member_id=request.member_id, group_instance_id=request.group_instance_id,
@@ -217,6 +242,7 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
     else:
         members = [(request.member_id, None)]
     try:
+        _require_group(ctx, AclOperation.READ, request.group_id)
         error, errors = await _coordinator(ctx).leave_group(request.group_id, members)
     except KafkaError as exc:
         error, errors = exc.code, []
@@ -233,16 +259,24 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 
 # -- offsets -----------------------------------------------------------------------------------
 
+def _every_partition(request: Any, code: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
+    return {(t.name, p.partition_index): code for t in request.topics for p in t.partitions}
+
+
 def _commit_entries(ctx: RequestContext, request: Any
                     ) -> tuple[list[OffsetCommitEntry], dict[tuple[str, int], ErrorCode]]:
-    """The offsets of an (Txn)OffsetCommit request for known topics, and the error of each
-    partition of an unknown topic."""
+    """The offsets of an (Txn)OffsetCommit request to commit, and the error of every other
+    partition: TOPIC_AUTHORIZATION_FAILED without READ on its topic, else
+    UNKNOWN_TOPIC_OR_PARTITION for an unknown topic (authorization first, as in Kafka)."""
     known = ctx.broker.controller.image.topics_by_name
+    readable = authorized_topics(ctx, AclOperation.READ, (t.name for t in request.topics))
     entries: list[OffsetCommitEntry] = []
     codes: dict[tuple[str, int], ErrorCode] = {}
     for t in request.topics:
         for p in t.partitions:
-            if t.name not in known:
+            if t.name not in readable:
+                codes[(t.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif t.name not in known:
                 codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 entries.append(OffsetCommitEntry(
@@ -254,12 +288,25 @@ def _commit_entries(ctx: RequestContext, request: Any
 
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["OffsetCommitResponse"].cls
+    if not group_authorized(ctx, AclOperation.READ, request.group_id):
+        codes = _every_partition(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    else:
+        codes = await _commit(ctx, request)
+    return Response(topics=[Response.OffsetCommitResponseTopic(name=t.name, partitions=[
+        Response.OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                               error_code=int(codes[(t.name, p.partition_index)]))
+        for p in t.partitions]) for t in request.topics])
+
+
+async def _commit(ctx: RequestContext, request: Any) -> dict[tuple[str, int], ErrorCode]:
+    """OffsetCommit's error per partition, once the group is authorized."""
     entries, codes = _commit_entries(ctx, request)
     failure: ErrorCode | None = None
     if entries and ctx.api_version == 0:
         # ZooKeeper-stored in Kafka; its KRaft mode fails the whole request, unknown topics too.
         failure = ErrorCode.UNSUPPORTED_VERSION
-        entries += [OffsetCommitEntry(t, p, -1) for t, p in codes]
+        entries += [OffsetCommitEntry(t, p, -1) for (t, p), code in codes.items()
+                    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
     elif entries:
         try:
             results = await _coordinator(ctx).commit_offsets(
@@ -275,10 +322,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     if failure is not None:
         for entry in entries:
             codes[(entry.topic, entry.partition)] = failure
-    return Response(topics=[Response.OffsetCommitResponseTopic(name=t.name, partitions=[
-        Response.OffsetCommitResponsePartition(partition_index=p.partition_index,
-                                               error_code=int(codes[(t.name, p.partition_index)]))
-        for p in t.partitions]) for t in request.topics])
+    return codes
 
 
 def _offset_commit_error(code: ErrorCode) -> ErrorCode:
@@ -290,6 +334,22 @@ def _offset_commit_error(code: ErrorCode) -> ErrorCode:
 
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["TxnOffsetCommitResponse"].cls
+    # The producer id is not authorized on its own: WRITE on the transactional id implies it.
+    if not transactional_id_authorized(ctx, AclOperation.WRITE, request.transactional_id):
+        codes = _every_partition(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    elif not group_authorized(ctx, AclOperation.READ, request.group_id):
+        codes = _every_partition(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    else:
+        codes = await _txn_commit(ctx, request)
+    return Response(topics=[Response.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+        Response.TxnOffsetCommitResponsePartition(
+            partition_index=p.partition_index,
+            error_code=int(codes[(t.name, p.partition_index)]))
+        for p in t.partitions]) for t in request.topics])
+
+
+async def _txn_commit(ctx: RequestContext, request: Any) -> dict[tuple[str, int], ErrorCode]:
+    """TxnOffsetCommit's error per partition, once the transactional id and group are."""
     entries, codes = _commit_entries(ctx, request)
     if entries:
         try:
@@ -305,23 +365,18 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             results = [code] * len(entries)
         for entry, code in zip(entries, results, strict=True):
             codes[(entry.topic, entry.partition)] = code
-    return Response(topics=[Response.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
-        Response.TxnOffsetCommitResponsePartition(
-            partition_index=p.partition_index,
-            error_code=int(codes[(t.name, p.partition_index)]))
-        for p in t.partitions]) for t in request.topics])
+    return codes
 
 
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["OffsetFetchResponse"].cls
-    coordinator = _coordinator(ctx)
     require_stable = bool(request.require_stable)
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
             wanted = (None if g.topics is None else
                       [(t.name, p) for t in g.topics for p in t.partition_indexes])
-            error, fetched = _fetch(coordinator, g.group_id, wanted, require_stable,
+            error, fetched = _fetch(ctx, g.group_id, wanted, require_stable,
                                     g.member_id if ctx.api_version >= 9 else None,
                                     g.member_epoch if ctx.api_version >= 9 else -1)
             groups.append(Response.OffsetFetchResponseGroup(
@@ -332,9 +387,11 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     wanted = (None if request.topics is None else
               [(t.name, p) for t in request.topics for p in t.partition_indexes])
     if ctx.api_version == 0:  # ZooKeeper-stored in Kafka; its KRaft mode answers this
-        error, fetched = ErrorCode.UNSUPPORTED_VERSION, []
+        error, fetched = (ErrorCode.UNSUPPORTED_VERSION
+                          if group_authorized(ctx, AclOperation.DESCRIBE, request.group_id)
+                          else ErrorCode.GROUP_AUTHORIZATION_FAILED), []
     else:
-        error, fetched = _fetch(coordinator, request.group_id, wanted, require_stable)
+        error, fetched = _fetch(ctx, request.group_id, wanted, require_stable)
     if error != ErrorCode.NONE and ctx.api_version < 2:
         # v0-v1 have no top-level error: every requested partition carries it.
         fetched = [FetchedOffset(t, p, -1, -1, "", int(error)) for t, p in wanted or []]
@@ -342,16 +399,31 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
         fetched, Response.OffsetFetchResponseTopic, Response.OffsetFetchResponsePartition))
 
 
-def _fetch(coordinator: GroupCoordinator, group_id: str,
+def _fetch(ctx: RequestContext, group_id: str,
            wanted: list[tuple[str, int]] | None, require_stable: bool,
            member_id: str | None = None, member_epoch: int = -1
            ) -> tuple[ErrorCode, list[FetchedOffset]]:
+    """The group's committed offsets the principal may see (Kafka's fetchOffsetsForGroup):
+    none without DESCRIBE on the group; a requested partition of a topic it may not DESCRIBE
+    answers TOPIC_AUTHORIZATION_FAILED, and fetching all offsets leaves such topics out."""
+    if not group_authorized(ctx, AclOperation.DESCRIBE, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
+    asked: list[tuple[str, int]] | None = None
+    visible: set[str] = set()
+    if wanted is not None:
+        visible = authorized_topics(ctx, AclOperation.DESCRIBE, (t for t, _ in wanted))
+        asked = [tp for tp in wanted if tp[0] in visible]
     try:
-        return ErrorCode.NONE, coordinator.fetch_offsets(group_id, wanted, require_stable,
-                                                         member_id=member_id,
-                                                         member_epoch=member_epoch)
+        fetched = _coordinator(ctx).fetch_offsets(group_id, asked, require_stable,
+                                                  member_id=member_id, member_epoch=member_epoch)
     except KafkaError as exc:
         return exc.code, []
+    if wanted is None:
+        visible = authorized_topics(ctx, AclOperation.DESCRIBE, {f.topic for f in fetched})
+        return ErrorCode.NONE, [f for f in fetched if f.topic in visible]
+    denied = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    return ErrorCode.NONE, fetched + [FetchedOffset(t, p, -1, -1, "", denied)
+                                      for t, p in wanted if t not in visible]
 
 
 def _by_topic(fetched: list[FetchedOffset], topic_cls: Any, partition_cls: Any) -> list[Any]:
@@ -365,7 +437,11 @@ def _by_topic(fetched: list[FetchedOffset], topic_cls: Any, partition_cls: Any) 
 
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["OffsetDeleteResponse"].cls
-    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if not group_authorized(ctx, AclOperation.DELETE, request.group_id):
+        return Response(error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), topics=[])
+    readable = authorized_topics(ctx, AclOperation.READ, (t.name for t in request.topics))
+    wanted = [(t.name, p.partition_index) for t in request.topics if t.name in readable
+              for p in t.partitions]
     try:
         errors = await _coordinator(ctx).delete_offsets(request.group_id, wanted)
     except KafkaError as exc:
@@ -374,16 +450,22 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     return Response(error_code=0, topics=[Response.OffsetDeleteResponseTopic(
         name=t.name, partitions=[Response.OffsetDeleteResponsePartition(
             partition_index=p.partition_index,
-            error_code=int(codes[(t.name, p.partition_index)])) for p in t.partitions])
+            error_code=int(codes.get((t.name, p.partition_index),
+                                     ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
+            for p in t.partitions])
         for t in request.topics])
 
 
 # -- ListGroups, DescribeGroups, DeleteGroups -------------------------------------------------
 
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    """Every group with DESCRIBE on the cluster; otherwise the groups the principal may
+    DESCRIBE (Kafka keeps the cluster-wide permission for compatibility)."""
     Response = _reg["ListGroupsResponse"].cls
     error, groups = _coordinator(ctx).list_groups(set(request.states_filter or []),
                                                   set(request.types_filter or []))
+    if not cluster_authorized(ctx, AclOperation.DESCRIBE):
+        groups = [g for g in groups if group_authorized(ctx, AclOperation.DESCRIBE, g.group_id)]
     return Response(error_code=int(error), groups=[Response.ListedGroup(
         group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
         group_type=g.group_type) for g in groups])
@@ -392,20 +474,31 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["DescribeGroupsResponse"].cls
     coordinator = _coordinator(ctx)
-    operations = (_GROUP_OPERATIONS if request.include_authorized_operations
-                  else _OPERATIONS_NOT_REQUESTED)
     described = []
     for group_id in request.groups:
+        if not group_authorized(ctx, AclOperation.DESCRIBE, group_id):
+            described.append(Response.DescribedGroup(
+                error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), group_id=group_id,
+                group_state="", protocol_type="", protocol_data="",
+                authorized_operations=AUTHORIZED_OPERATIONS_OMITTED, members=[]))
+            continue
         d = coordinator.describe_group(group_id)
         described.append(Response.DescribedGroup(
             error_code=d.error, group_id=group_id, group_state=d.state,
             protocol_type=d.protocol_type, protocol_data=d.protocol_data,
-            authorized_operations=operations,
+            authorized_operations=_group_operations(ctx, request, group_id, d.error),
             members=[Response.DescribedGroupMember(
                 member_id=m.member_id, group_instance_id=m.group_instance_id,
                 client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
                 member_assignment=m.assignment) for m in d.members]))
     return Response(groups=described)
+
+
+def _group_operations(ctx: RequestContext, request: Any, group_id: str, error: int) -> int:
+    """KIP-430: what the principal may do to a group it described, when the request asks."""
+    if not request.include_authorized_operations or error != ErrorCode.NONE:
+        return AUTHORIZED_OPERATIONS_OMITTED
+    return authorized_operations(ctx, ResourceType.GROUP, group_id)
 
 
 async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
@@ -414,6 +507,7 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     results = []
     for group_id in request.groups_names:
         try:
+            _require_group(ctx, AclOperation.DELETE, group_id)
             code = await coordinator.delete_group(group_id)
         except KafkaError as exc:
             code = exc.code
@@ -430,17 +524,25 @@ def _owned(request: Any) -> Assignment | None:
 
 
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    """READ on the group; with subscribed topic names, DESCRIBE on every one of them, else
+    TOPIC_AUTHORIZATION_FAILED (Kafka 4.0, KAFKA-18813: a member may not learn of topics it
+    may not see). Topics a regex resolves to are the coordinator's to filter."""
     Response = _reg["ConsumerGroupHeartbeatResponse"].cls
     regex = request.subscribed_topic_regex if ctx.api_version >= 1 else None
+    subscribed = request.subscribed_topic_names
     heartbeat = HeartbeatRequest(
         group_id=request.group_id, member_id=request.member_id,
         member_epoch=request.member_epoch, instance_id=request.instance_id,
         rack_id=request.rack_id, rebalance_timeout_ms=request.rebalance_timeout_ms,
-        subscribed_topic_names=(None if request.subscribed_topic_names is None
-                                else list(request.subscribed_topic_names)),
+        subscribed_topic_names=None if subscribed is None else list(subscribed),
         subscribed_topic_regex=regex, server_assignor=request.server_assignor,
         owned=_owned(request), client_id=ctx.client_id or "", client_host=_client_host(ctx))
     try:
+        _require_group(ctx, AclOperation.READ, request.group_id)
+        if subscribed and len(authorized_topics(ctx, AclOperation.DESCRIBE, subscribed)) < len(
+                set(subscribed)):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                             "Not authorized to describe every subscribed topic")
         result = await _coordinator(ctx).consumer_group_heartbeat(heartbeat)
     except KafkaError as exc:
         return Response(error_code=int(exc.code), error_message=exc.message,
@@ -456,35 +558,52 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
                     heartbeat_interval_ms=result.heartbeat_interval_ms, assignment=assignment)
 
 
+# Kafka 4.0's answer for a group whose (target) assignments name a topic the caller may not see.
+_HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
+
+
 async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
+    """DESCRIBE on each group; a group whose members' assignments or target assignments name
+    a topic the principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED without its
+    members (Kafka 4.0, KAFKA-18813)."""
     Response = _reg["ConsumerGroupDescribeResponse"].cls
     coordinator = _coordinator(ctx)
     topics_by_id = ctx.broker.controller.image.topics_by_id
-    operations = (_GROUP_OPERATIONS if request.include_authorized_operations
-                  else _OPERATIONS_NOT_REQUESTED)
+
+    def topic_name(topic_id: Any) -> str:
+        return topics_by_id[topic_id].name if topic_id in topics_by_id else ""
 
     def assignment(parts: Assignment) -> Any:
         return Response.Assignment(topic_partitions=[
-            Response.TopicPartitions(
-                topic_id=topic_id, partitions=sorted(ps),
-                topic_name=topics_by_id[topic_id].name if topic_id in topics_by_id else "")
+            Response.TopicPartitions(topic_id=topic_id, partitions=sorted(ps),
+                                     topic_name=topic_name(topic_id))
             for topic_id, ps in sorted(parts.items(), key=lambda item: str(item[0]))])
+
+    def refused(group_id: str, code: ErrorCode, message: str | None) -> Any:
+        return Response.DescribedGroup(
+            error_code=int(code), error_message=message, group_id=group_id, group_state="Dead",
+            group_epoch=-1, assignment_epoch=-1, assignor_name="", members=[],
+            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 
     groups = []
     for group_id in request.group_ids:
         try:
+            _require_group(ctx, AclOperation.DESCRIBE, group_id)
             group = coordinator.consumer_group_describe(group_id)
         except KafkaError as exc:
-            groups.append(Response.DescribedGroup(
-                error_code=int(exc.code), error_message=exc.message, group_id=group_id,
-                group_state="Dead", group_epoch=-1, assignment_epoch=-1, assignor_name="",
-                members=[], authorized_operations=operations))
+            groups.append(refused(group_id, exc.code, exc.message))
+            continue
+        named = {topics_by_id[topic_id].name for m in group.members.values()
+                 for parts in (m.assigned, group.target.get(m.member_id, {}))
+                 for topic_id in parts if topic_id in topics_by_id}
+        if len(authorized_topics(ctx, AclOperation.DESCRIBE, named)) < len(named):
+            groups.append(refused(group_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED, _HIDDEN_TOPICS))
             continue
         groups.append(Response.DescribedGroup(
             error_code=0, group_id=group_id, group_state=group.state.value,
             group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
             assignor_name=coordinator.consumer_groups.assignor_name(group.members.values()),
-            authorized_operations=operations,
+            authorized_operations=_group_operations(ctx, request, group_id, ErrorCode.NONE),
             members=[Response.Member(
                 member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
                 member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,

@@ -18,10 +18,12 @@ HINTED_ERRORS = frozenset({int(ErrorCode.NOT_LEADER_OR_FOLLOWER),
                            int(ErrorCode.FENCED_LEADER_EPOCH)})
 
 
-def add_leader_hints(broker: Any, answers: Iterable[tuple[str, Any]],
+def add_leader_hints(ctx: Any, answers: Iterable[tuple[str, Any]],
                      endpoint_cls: Any) -> list[Any]:
     """Fill CurrentLeader on every (topic, partition answer) refused for leadership whose
-    partition has a live leader; returns the NodeEndpoints of those leaders."""
+    partition has a live leader; returns the NodeEndpoints of those leaders, on the listener
+    the request came in on."""
+    broker = ctx.broker
     image = broker.controller.image
     leaders: set[int] = set()
     for topic_name, answer in answers:
@@ -40,4 +42,4 @@ def add_leader_hints(broker: Any, answers: Iterable[tuple[str, Any]],
     if not leaders:
         return []
     return [endpoint_cls(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
-            for n in broker.live_nodes() if n.node_id in leaders]
+            for n in broker.live_nodes(ctx.listener_name) if n.node_id in leaders]

@@ -15,6 +15,8 @@ from typing import Any
 from kafka_ext.protocol.api_keys import ApiKey, Audience
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.acl import AclOperation
+from kafka_ext.server.authorization import authorized_topics, cluster_authorized
 from kafka_ext.server.dispatcher import RequestContext, peer_audience_of
 from kafka_ext.server.fetch import RELAY_TIMEOUT_S, chunk_read_replica
 from kafka_ext.storage.log import (
@@ -41,6 +43,7 @@ _Epochs = registry()["OffsetForLeaderEpochResponse"].cls
 
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     replicas = ctx.broker.replica_manager
+    describable = authorized_topics(ctx, AclOperation.DESCRIBE, (t.name for t in request.topics))
     topics = []
     for topic in request.topics:
         partitions = []
@@ -49,6 +52,8 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                                                            error_code=0)
             partitions.append(result)
             try:
+                if topic.name not in describable:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 if p.timestamp < 0 and ctx.api_version < _SPECIAL_TIMESTAMP_SINCE.get(
                         p.timestamp, 1 << 15):
                     raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
@@ -201,6 +206,12 @@ async def _lookup_diskless(broker: Any, topic: str, partition: int,
 
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     replicas = ctx.broker.replica_manager
+    # A follower's question needs CLUSTER_ACTION; a consumer's, DESCRIBE on the topic (Kafka).
+    if getattr(request, "replica_id", -1) >= 0:
+        allowed = ({t.topic for t in request.topics}
+                   if cluster_authorized(ctx, AclOperation.CLUSTER_ACTION) else set())
+    else:
+        allowed = authorized_topics(ctx, AclOperation.DESCRIBE, (t.topic for t in request.topics))
     topics = []
     for topic in request.topics:
         partitions = []
@@ -208,6 +219,8 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
             result = _Epochs.EpochEndOffset(partition=p.partition, error_code=0)
             partitions.append(result)
             try:
+                if topic.topic not in allowed:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 hosted = replicas.leader_partition(topic.topic, p.partition)
                 hosted.check_leader_epoch(p.current_leader_epoch)
                 result.leader_epoch, result.end_offset = hosted.log.end_offset_for_epoch(

@@ -10,6 +10,9 @@ AlterReplicaLogDirs answers per partition: NONE (moving, or already there), LOG_
 (not a configured absolute dir), KAFKA_STORAGE_ERROR (dir or partition offline), or
 REPLICA_NOT_AVAILABLE (not hosted yet: the dir is remembered for when it is created). The
 proposal's "any" cancels a move in progress.
+Both need a permission on the cluster, as in Kafka's KafkaApis: DESCRIBE to describe (else
+CLUSTER_AUTHORIZATION_FAILED at the top level, from v3, and no dirs), ALTER to move (else
+CLUSTER_AUTHORIZATION_FAILED for every partition).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from kafka_ext.controller.image import BROKER_RESOURCE
 from kafka_ext.controller.metadata_log import METADATA_TOPIC
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.acl import AclOperation
+from kafka_ext.server.authorization import cluster_authorized
 from kafka_ext.server.dispatcher import RequestContext
 
 logger = logging.getLogger(__name__)
@@ -42,6 +47,8 @@ def _partition_wanted(request: Any) -> set[tuple[str, int]] | None:
 async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     """Every log dir with its partitions, sizes, lags and space; offline dirs as errors."""
     Response = _reg["DescribeLogDirsResponse"].cls
+    if not cluster_authorized(ctx, AclOperation.DESCRIBE):
+        return Response(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), results=[])
     broker = ctx.broker
     log_manager = broker.log_manager
     mover = broker.replica_mover
@@ -90,12 +97,14 @@ async def handle_alter_replica_log_dirs(ctx: RequestContext, request: Any) -> An
     """Start, redirect or cancel moves; one error code per requested partition."""
     Response = _reg["AlterReplicaLogDirsResponse"].cls
     mover = ctx.broker.replica_mover
+    allowed = cluster_authorized(ctx, AclOperation.ALTER)
     by_topic: dict[str, list[Any]] = {}
     for entry in request.dirs:
         path = entry.path
         for topic in entry.topics:
             for partition in topic.partitions:
-                code = mover.alter_replica_log_dir(topic.name, partition, path)
+                code = (mover.alter_replica_log_dir(topic.name, partition, path) if allowed
+                        else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
                 by_topic.setdefault(topic.name, []).append(
                     Response.AlterReplicaLogDirPartitionResult(partition_index=partition,
                                                                error_code=int(code)))

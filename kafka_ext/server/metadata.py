@@ -19,6 +19,14 @@ from kafka_ext.controller.quorum_controller import DISKLESS_METADATA_TOPIC, chec
 from kafka_ext.diskless.gateways import produce_gateways
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from kafka_ext.server.authorization import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    authorized_operations,
+    authorized_topics,
+    cluster_authorized,
+    topic_authorized,
+)
 from kafka_ext.server.dispatcher import RequestContext
 
 _Response = registry()["MetadataResponse"].cls
@@ -37,10 +45,15 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     wanted = request.topics
     all_topics = wanted is None or (ctx.api_version == 0 and not wanted)
     topics: list[Any] = []
-    nodes = broker.live_nodes()
+    nodes = broker.live_nodes(ctx.listener_name)
     gateways = _Gateways(image, nodes)
+    guarded = broker.authorizer is not None
     if all_topics:
-        topics = [_topic(t, gateways) for t in image.topics_by_name.values()]
+        # ACLs: every topic the principal may DESCRIBE, the others silently left out.
+        allowed = (authorized_topics(ctx, AclOperation.DESCRIBE, image.topics_by_name)
+                   if guarded else None)
+        topics = [_topic(t, gateways) for name, t in image.topics_by_name.items()
+                  if allowed is None or name in allowed]
     else:
         missing: list[str] = []
         for entry in wanted:
@@ -54,16 +67,31 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                                          topic_id=entry.topic_id))
                     continue
                 name = found.name
+            if guarded and not topic_authorized(ctx, AclOperation.DESCRIBE, name):
+                # Known or not, an undescribable topic is only ever "not authorized".
+                topics.append(_Topic(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                                     name=name, is_internal=name in INTERNAL_TOPICS))
+                continue
             if name in image.topics_by_name:
                 topics.append(_topic(image.topics_by_name[name], gateways))
             else:
                 missing.append(name)
         if missing:
             topics += _missing_topics(ctx, request, missing)
+    if ctx.api_version >= 8 and request.include_topic_authorized_operations:  # KIP-430
+        for topic in topics:
+            if topic.error_code == 0:
+                topic.topic_authorized_operations = authorized_operations(
+                    ctx, ResourceType.TOPIC, topic.name)
+    cluster_operations = (authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+                          if 8 <= ctx.api_version <= 10
+                          and request.include_cluster_authorized_operations
+                          else AUTHORIZED_OPERATIONS_OMITTED)
     return _Response(
         brokers=[_Broker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
                  for n in nodes],
-        cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=topics)
+        cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=topics,
+        cluster_authorized_operations=cluster_operations)
 
 
 class _Gateways:
@@ -118,10 +146,17 @@ def _missing_topics(ctx: RequestContext, request: Any, names: list[str]) -> list
     broker = ctx.broker
     allowed = broker.config.auto_create_topics_enable and (
         ctx.api_version < 4 or request.allow_auto_topic_creation)
+    answers: list[tuple[str, ErrorCode]] = []
+    if allowed and not cluster_authorized(ctx, AclOperation.CREATE):
+        # ACLs: auto-creation needs CREATE on the cluster or on the topic itself.
+        creatable = authorized_topics(ctx, AclOperation.CREATE, names)
+        answers = [(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for name in names
+                   if name not in creatable]
+        names = [name for name in names if name in creatable]
     if allowed:
-        answers = broker.auto_topic_creation.create_topics(names)
+        answers += broker.auto_topic_creation.create_topics(names)
     else:
-        answers = [(name, _unknown_topic_error(name)) for name in names]
+        answers += [(name, _unknown_topic_error(name)) for name in names]
     return [_Topic(error_code=int(error), name=name, is_internal=name in INTERNAL_TOPICS)
             for name, error in answers]
 

@@ -4,7 +4,9 @@ KIP-253, seed 001) and DeletePartitions (our key 1000, partition reduction, seed
 LeaderEpochsForPartition is answered by any broker from its metadata image: for each partition
 asked about, the leader epochs the topic's older partitions had when it was added (PartitionRecord
 `PriorLeaderEpochs`), which a consumer turns into offsets with OffsetForLeaderEpoch before it
-reads the new partition (docs/partition-count.md).
+reads the new partition (docs/partition-count.md). It needs DESCRIBE on the topic, as Metadata
+does; DeletePartitions needs ALTER on it, as CreatePartitions does (else
+TOPIC_AUTHORIZATION_FAILED for each partition).
 
 DeletePartitions is answered by the active controller (other nodes forward it), with
 `delete.topic.partition.enable` on; each partition is answered with its mode after the call
@@ -20,6 +22,8 @@ from kafka_ext.controller.image import MODE_NONE
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.acl import AclOperation
+from kafka_ext.server.authorization import authorized_topics
 from kafka_ext.server.dispatcher import RequestContext
 
 _reg = registry()
@@ -28,16 +32,18 @@ _reg = registry()
 async def handle_leader_epochs_for_partition(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["LeaderEpochsForPartitionResponse"].cls
     image = ctx.broker.controller.image
+    describable = authorized_topics(ctx, AclOperation.DESCRIBE, (t.topic for t in request.topics))
     topics = []
     for t in request.topics:
         known = image.topics_by_name.get(t.topic)
         partitions = []
         for index in t.partitions:
             part = known.partitions.get(index) if known is not None else None
-            if part is None:
+            if t.topic not in describable or part is None:
+                code = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if t.topic in describable
+                        else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 partitions.append(Response.LeaderEpochsForPartitionResponsePartition(
-                    partition=index, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                    prior_leader_epochs=[]))
+                    partition=index, error_code=int(code), prior_leader_epochs=[]))
                 continue
             partitions.append(Response.LeaderEpochsForPartitionResponsePartition(
                 partition=index, error_code=0, prior_leader_epochs=[
@@ -52,10 +58,14 @@ async def handle_delete_partitions(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["DeletePartitionsResponse"].cls
     broker = ctx.broker
     enabled = broker.config.delete_topic_partition_enable
+    alterable = authorized_topics(ctx, AclOperation.ALTER, (t.name for t in request.topics))
     responses = []
     for t in request.topics:
         error, message, new_mode = ErrorCode.NONE, None, None
         try:
+            if t.name not in alterable:
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                 "Topic authorization failed.")
             if not enabled:
                 raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED,
                                  "partition deletion is disabled: set "
@@ -65,7 +75,9 @@ async def handle_delete_partitions(ctx: RequestContext, request: Any) -> Any:
                 int(time.time() * 1000))
         except KafkaError as exc:
             error, message = exc.code, exc.message or None
-        known = broker.controller.image.topics_by_name.get(t.name)
+        # A topic the principal may not alter keeps its partitions' modes to itself.
+        known = (broker.controller.image.topics_by_name.get(t.name) if t.name in alterable
+                 else None)
         partitions = []
         for index in t.partitions:
             part = known.partitions.get(index) if known is not None else None

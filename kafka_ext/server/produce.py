@@ -49,6 +49,8 @@ from kafka_ext.protocol.record_batch import (
     TRANSACTIONAL_FLAG,
     TimestampType,
 )
+from kafka_ext.security.acl import AclOperation
+from kafka_ext.server.authorization import authorized_topics, transactional_id_authorized
 from kafka_ext.server.client_quota_manager import client_of, now_ms
 from kafka_ext.server.dispatcher import RequestContext
 from kafka_ext.server.leader_hints import add_leader_hints
@@ -97,6 +99,13 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         # Kafka authorizes transactional writes by their transactional id: none, no write.
         return _error_for_all(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     broker = ctx.broker
+    writable_topics = None
+    if broker.authorizer is not None:  # ACLs: WRITE on the transactional id and each topic
+        if request.transactional_id is not None and not transactional_id_authorized(
+                ctx, AclOperation.WRITE, request.transactional_id):
+            return _error_for_all(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        writable_topics = authorized_topics(ctx, AclOperation.WRITE,
+                                            (t.name for t in request.topic_data))
     replicas = broker.replica_manager
     message_sets = ctx.api_version < MESSAGE_SETS_BELOW_VERSION
     topics = []
@@ -111,6 +120,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             answer = _PartitionResponse(index=data.index, error_code=0, base_offset=-1)
             partitions.append(answer)
             try:
+                if writable_topics is not None and topic_data.name not in writable_topics:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 if count_error is not None:
                     raise count_error
                 _check_writable(known, data.index)
@@ -162,6 +173,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             elif outcome is not None:  # a diskless commit; acks=all waits return nothing
                 _succeeded(answer, outcome.base_offset, outcome.log_append_time_ms,
                            outcome.log_start_offset)
+    broker.topic_stats.record_produce(request, topics)  # MessagesIn, BytesIn (metrics.py)
     if broker.quotas.produce.enabled:  # KIP-13: the request's bytes count against the quota
         user, client_id = client_of(ctx)
         ctx.throttle_time_ms = broker.quotas.produce.record_and_get_throttle_time_ms(
@@ -170,7 +182,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         if any(p.error_code for t in topics for p in t.partition_responses):
             raise CloseConnection("acks=0 produce failed")
         return None
-    endpoints = add_leader_hints(broker, ((t.name, p) for t in topics
+    endpoints = add_leader_hints(ctx, ((t.name, p) for t in topics
                                           for p in t.partition_responses), _Response.NodeEndpoint)
     return _Response(responses=topics, node_endpoints=endpoints)
 

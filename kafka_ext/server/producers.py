@@ -4,14 +4,18 @@ Each partition answers on its own: UNKNOWN_TOPIC_OR_PARTITION when not hosted he
 NOT_LEADER_OR_FOLLOWER when hosted as a follower, else one entry per producer id the
 partition's producer state holds, with its epoch, last sequence and timestamp, the epoch of the
 coordinator that wrote its last marker and the first offset of its open transaction (-1 if none).
+A partition of a topic the principal may not READ answers TOPIC_AUTHORIZATION_FAILED first, as
+in Kafka.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kafka_ext.protocol.errors import KafkaError
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.acl import AclOperation
+from kafka_ext.server.authorization import authorized_topics
 from kafka_ext.server.dispatcher import RequestContext
 
 _Response = registry()["DescribeProducersResponse"].cls
@@ -22,11 +26,15 @@ _ProducerState = _Response.ProducerState
 
 async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     replicas = ctx.broker.replica_manager
+    readable = authorized_topics(ctx, AclOperation.READ, (t.name for t in request.topics))
     topics = []
     for topic in request.topics:
         partitions = []
         for index in topic.partition_indexes:
             try:
+                if topic.name not in readable:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                     "Topic authorization failed.")
                 hosted = replicas.leader_partition(topic.name, index)
             except KafkaError as exc:
                 partitions.append(_PartitionResponse(

@@ -17,7 +17,9 @@ from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.messages import registry
 from kafka_ext.raft.wire import is_metadata_fetch
+from kafka_ext.security.acl import AclOperation
 from kafka_ext.server import fetch
+from kafka_ext.server.authorization import cluster_authorized
 
 if TYPE_CHECKING:
     from kafka_ext.server.dispatcher import RequestContext
@@ -35,6 +37,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     """A replica's fetch of `__cluster_metadata` goes to the Raft core; any other to the
     partitions (server/fetch.py)."""
     if is_metadata_fetch(request, ctx.api_version):
+        if not cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):  # a node's fetch only
+            return _reg.responses[ApiKey.FETCH].cls(
+                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, session_id=0, responses=[])
         return await ctx.broker.controller.raft.handle_request(ApiKey.FETCH, ctx.api_version,
                                                                request)
     return await fetch.handle_fetch(ctx, request)
@@ -44,6 +49,8 @@ async def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:
     """The quorum of `__cluster_metadata-0`; any other partition is UNKNOWN_TOPIC_OR_PARTITION
     on each partition asked for, as KafkaRaftClient answers."""
     Response = _reg["DescribeQuorumResponse"].cls
+    if not cluster_authorized(ctx, AclOperation.DESCRIBE):
+        return Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[], nodes=[])
     asked = [(t.topic_name, p.partition_index) for t in request.topics for p in t.partitions]
     if asked != [(METADATA_TOPIC, 0)]:
         return Response(error_code=0, topics=[Response.TopicData(

@@ -3,7 +3,8 @@
 Quotas live in the metadata image as ClientQuotaRecords (so every node enforces the same ones
 and they survive restarts); AlterClientQuotas goes through the controller, which validates
 each entity and answers per entity. Describe reads the image with Kafka's filter semantics.
-Enforcement is in client_quota_manager.py.
+Enforcement is in client_quota_manager.py. Describing needs DESCRIBE_CONFIGS on the cluster and
+altering ALTER_CONFIGS (else CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
@@ -16,15 +17,21 @@ from kafka_ext.controller.client_quota_control import (
     describe_client_quotas,
     quota_entity,
 )
-from kafka_ext.protocol.errors import KafkaError
+from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.acl import AclOperation
+from kafka_ext.server.authorization import cluster_authorized
 from kafka_ext.server.dispatcher import RequestContext
 
 _reg = registry()
+_DENIED = "Cluster authorization failed."
 
 
 async def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["DescribeClientQuotasResponse"].cls
+    if not cluster_authorized(ctx, AclOperation.DESCRIBE_CONFIGS):
+        return Response(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                        error_message=_DENIED, entries=None)
     components = [FilterComponent(c.entity_type, c.match_type, c.match)
                   for c in request.components]
     try:
@@ -42,6 +49,12 @@ async def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> An
 
 async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["AlterClientQuotasResponse"].cls
+    if not cluster_authorized(ctx, AclOperation.ALTER_CONFIGS):
+        code = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        return Response(throttle_time_ms=0, entries=[Response.EntryData(
+            error_code=code, error_message=_DENIED,
+            entity=[Response.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+                    for e in entry.entity]) for entry in request.entries])
     alterations = [QuotaAlteration(
         quota_entity([(e.entity_type, e.entity_name) for e in entry.entity]),
         tuple((op.key, None if op.remove else op.value) for op in entry.ops))

@@ -5,6 +5,8 @@ All three are answered by the active controller (other nodes forward them, as Ka
 do); the rules are in controller/partition_change.py. A reassignment is committed at once and
 runs afterwards: the new replicas fetch from the leader and join the ISR, and the controller
 completes it when the ISR holds every target replica (docs/replication.md, Reassignment).
+As on Kafka's controller, listing needs DESCRIBE on the cluster and the two changes ALTER; a
+refusal is CLUSTER_AUTHORIZATION_FAILED at the top level and on every partition named.
 """
 
 from __future__ import annotations
@@ -15,15 +17,25 @@ from kafka_ext.controller.partition_change import PREFERRED, UNCLEAN
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.acl import AclOperation
+from kafka_ext.server.authorization import cluster_authorized
 from kafka_ext.server.dispatcher import RequestContext
 
 _reg = registry()
 ELECTION_TYPE_VERSION = 1  # ElectLeaders v0 always elects the preferred leader
 TOP_LEVEL_ERROR_VERSION = 1
+_DENIED = "Cluster authorization failed."
 
 
 async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["AlterPartitionReassignmentsResponse"].cls
+    if not cluster_authorized(ctx, AclOperation.ALTER):
+        code = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        return Response(throttle_time_ms=0, error_code=code, error_message=_DENIED, responses=[
+            Response.ReassignableTopicResponse(name=t.name, partitions=[
+                Response.ReassignablePartitionResponse(partition_index=p.partition_index,
+                                                       error_code=code, error_message=_DENIED)
+                for p in t.partitions]) for t in request.topics])
     changes = [(t.name, p.partition_index,
                 tuple(p.replicas) if p.replicas is not None else None)
                for t in request.topics for p in t.partitions]
@@ -41,6 +53,9 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
 
 async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["ListPartitionReassignmentsResponse"].cls
+    if not cluster_authorized(ctx, AclOperation.DESCRIBE):
+        return Response(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                        error_message=_DENIED, topics=[])
     wanted = ({t.name: list(t.partition_indexes) for t in request.topics}
               if request.topics is not None else None)
     ongoing = ctx.broker.controller.ongoing_reassignments(wanted)
@@ -54,6 +69,9 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request: Any)
 
 async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     Response = _reg["ElectLeadersResponse"].cls
+    if not cluster_authorized(ctx, AclOperation.ALTER):
+        return elect_leaders_error(request, KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                       _DENIED))
     election_type = (request.election_type if ctx.api_version >= ELECTION_TYPE_VERSION
                      else PREFERRED)
     if election_type not in (PREFERRED, UNCLEAN):

@@ -22,6 +22,14 @@ from kafka_ext.coordinator.txn.metadata import TopicPartition, TransactionState
 from kafka_ext.network.connection import CloseConnection
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.acl import AclOperation, ResourceType
+from kafka_ext.server.authorization import (
+    any_resource_authorized,
+    authorized_topics,
+    cluster_authorized,
+    group_authorized,
+    transactional_id_authorized,
+)
 from kafka_ext.server.dispatcher import RequestContext
 
 _reg = registry()
@@ -54,6 +62,10 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
                             producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH)
         if pid != NO_PRODUCER_ID:
             expected = ProducerIdAndEpoch(pid, epoch)
+    denied = _init_producer_id_denied(ctx, request.transactional_id)
+    if denied is not None:
+        return Response(error_code=int(denied), producer_id=NO_PRODUCER_ID,
+                        producer_epoch=NO_PRODUCER_EPOCH)
     try:
         result = await ctx.broker.txn_coordinator.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms, expected)
@@ -62,6 +74,20 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
                         producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH)
     return Response(error_code=0, producer_id=result.producer_id,
                     producer_epoch=result.producer_epoch)
+
+
+def _init_producer_id_denied(ctx: RequestContext, transactional_id: str | None
+                             ) -> ErrorCode | None:
+    """ACLs: WRITE on the transactional id; an idempotent producer needs IDEMPOTENT_WRITE on
+    the cluster or WRITE on some topic (KIP-679)."""
+    if transactional_id is not None:
+        if not transactional_id_authorized(ctx, AclOperation.WRITE, transactional_id):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        return None
+    if cluster_authorized(ctx, AclOperation.IDEMPOTENT_WRITE) or \
+            any_resource_authorized(ctx, AclOperation.WRITE, ResourceType.TOPIC):
+        return None
+    return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
 # -- AddPartitionsToTxn (24) -----------------------------------------------------------------
@@ -92,6 +118,12 @@ async def _add_partitions(ctx: RequestContext, transactional_id: str, producer_i
     """Error code per partition: unknown ones fail alone and the rest are not attempted, as in
     Kafka; otherwise every partition carries the coordinator's answer."""
     partitions = list(dict.fromkeys((t.name, p) for t in topics for p in t.partitions))
+    if not transactional_id_authorized(ctx, AclOperation.WRITE, transactional_id):
+        return dict.fromkeys(partitions, int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    writable = authorized_topics(ctx, AclOperation.WRITE, (t for t, _ in partitions))
+    if len(writable) < len({t for t, _ in partitions}):
+        return {tp: int(ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] not in writable
+                        else ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in partitions}
     unknown = _unknown_partitions(ctx, partitions)
     if unknown:
         return {tp: int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
@@ -132,6 +164,10 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
 async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     """Add the group's `__consumer_offsets` partition, so TxnOffsetCommit offsets get a marker."""
     Response = _reg["AddOffsetsToTxnResponse"].cls
+    if not transactional_id_authorized(ctx, AclOperation.WRITE, request.transactional_id):
+        return Response(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not group_authorized(ctx, AclOperation.READ, request.group_id):
+        return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     try:
         partition = ctx.broker.group_coordinator.partition_for(request.group_id)
         await ctx.broker.txn_coordinator.add_partitions_to_txn(
@@ -148,6 +184,8 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version > MAX_END_TXN_VERSION:
         raise CloseConnection(f"EndTxn v{ctx.api_version} (transaction version 2) is not served")
     Response = _reg["EndTxnResponse"].cls
+    if not transactional_id_authorized(ctx, AclOperation.WRITE, request.transactional_id):
+        return Response(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     try:
         await ctx.broker.txn_coordinator.end_txn(request.transactional_id, request.producer_id,
                                                  request.producer_epoch, request.committed)
@@ -190,6 +228,8 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
     states = []
     for transactional_id in request.transactional_ids:
         try:
+            if not transactional_id_authorized(ctx, AclOperation.DESCRIBE, transactional_id):
+                raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             m = ctx.broker.txn_coordinator.describe(transactional_id)
         except KafkaError as exc:
             states.append(Response.TransactionState(
@@ -198,8 +238,10 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
                 producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH, topics=[]))
             continue
         by_topic: dict[str, list[int]] = {}
+        describable = authorized_topics(ctx, AclOperation.DESCRIBE, (t for t, _ in m.partitions))
         for topic, partition in sorted(m.partitions):
-            by_topic.setdefault(topic, []).append(partition)
+            if topic in describable:  # Kafka leaves out the topics one may not describe
+                by_topic.setdefault(topic, []).append(partition)
         states.append(Response.TransactionState(
             error_code=0, transactional_id=transactional_id,
             transaction_state=m.state.display_name, transaction_timeout_ms=m.txn_timeout_ms,
@@ -233,4 +275,5 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
                         transaction_states=[])
     return Response(error_code=0, unknown_state_filters=unknown_filters, transaction_states=[
         Response.TransactionState(transactional_id=m.transactional_id, producer_id=m.producer_id,
-                                  transaction_state=m.state.display_name) for m in found])
+                                  transaction_state=m.state.display_name) for m in found
+        if transactional_id_authorized(ctx, AclOperation.DESCRIBE, m.transactional_id)])

@@ -245,6 +245,8 @@ class FormatRequest:
     initial_controllers: Sequence[DynamicVoter] | None = None
     controller_listener_name: str | None = None
     ignore_formatted: bool = False
+    # UserScramCredentialRecords the cluster starts with (--add-scram).
+    scram_records: Sequence[Any] = ()
 
 
 def format_storage(layout: StorageLayout, request: FormatRequest) -> list[str]:
@@ -278,7 +280,7 @@ def format_storage(layout: StorageLayout, request: FormatRequest) -> list[str]:
                               "--ignore-formatted to ignore this directory and format the others.")
     if not unformatted:
         return ["All of the log directories are already formatted."]
-    records = bootstrap_records(level, features)
+    records = [*bootstrap_records(level, features), *request.scram_records]
     own = {v.node_id: v for v in request.initial_controllers or ()}.get(layout.node_id)
     lines: list[str] = []
     for log_dir in unformatted:

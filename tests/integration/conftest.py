@@ -109,6 +109,16 @@ class BrokerProcess:
             return ""
 
 
+def serve_for_module(b: BrokerProcess) -> Iterator[BrokerProcess]:
+    """Body of a module-scoped broker fixture: start `b`, yield it, then stop it and fail on
+    an unclean exit or a logged traceback, as broker_factory does."""
+    b.start()
+    yield b
+    code = b.stop()
+    assert code == 0, f"broker exited with {code}:\n{b.log()}"
+    assert "Traceback" not in b.log(), f"broker logged a traceback:\n{b.log()}"
+
+
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator:
     started: list[BrokerProcess] = []

@@ -227,13 +227,13 @@ def test_server_unknown_env_key_exits_2(tmp_path: Path) -> None:
     assert b"KAFKA_EXT_NOT_A_KEY" in result.stderr
 
 
-def test_server_refuses_a_tls_listener_it_would_serve_in_plaintext(tmp_path: Path) -> None:
+def test_server_refuses_a_tls_listener_without_a_keystore(tmp_path: Path) -> None:
     result = kafka_ext("server", "--override", f"log.dirs={tmp_path}",
                        "--override", "listeners=SSL://127.0.0.1:0")
     assert result.returncode == 2
     message = result.stderr.decode()
     assert message.startswith("kafka-ext: config error: ")
-    assert "listener SSL uses SSL" in message
+    assert "listener SSL uses TLS but has no keystore" in message
     assert not (tmp_path / "meta.properties").exists()  # refused before touching the log dir
 
 

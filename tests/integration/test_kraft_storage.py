@@ -121,13 +121,16 @@ def test_format_refuses_a_formatted_dir_unless_ignore_formatted(tmp_path: Path) 
     assert a is not None and b is not None and a.cluster_id == b.cluster_id == CLUSTER
 
 
-def test_format_refuses_bad_ids_flags_and_scram(tmp_path: Path) -> None:
+def test_format_refuses_bad_ids_flags_and_malformed_scram(tmp_path: Path) -> None:
     config = properties(tmp_path / "server.properties", {"log.dirs": str(tmp_path / "a")})
     bad_id = kafka_ext("storage", "format", "-t", "not-a-uuid", "-c", config)
     assert bad_id.returncode == 1 and "does not appear to be a valid UUID" in bad_id.stderr
     scram = kafka_ext("storage", "format", "-t", CLUSTER, "-c", config,
-                      "--add-scram", "SCRAM-SHA-256=[name=alice,password=secret]")
-    assert scram.returncode == 1 and "--add-scram is not supported yet" in scram.stderr
+                      "--add-scram", "SCRAM-SHA-256=[password=secret]")
+    assert scram.returncode == 1 and "needs name=" in scram.stderr and "secret" not in scram.stderr
+    iterations = kafka_ext("storage", "format", "-t", CLUSTER, "-c", config, "--add-scram",
+                           "SCRAM-SHA-512=[name=bob,password=secret,iterations=100]")
+    assert iterations.returncode == 1 and "iterations must be between 4096" in iterations.stderr
     both = kafka_ext("storage", "format", "-t", CLUSTER, "-c", config, "-s", "-N")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
     assert not (tmp_path / "a").exists()

@@ -82,6 +82,7 @@ from kafka_ext.replication.alter_partition_manager import AlterPartitionManager
 from kafka_ext.replication.partition import Partition
 from kafka_ext.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager, _Followed
 from kafka_ext.replication.replica_manager import ReplicaManager, _check_isr_after_append
+from kafka_ext.security.session import PLAINTEXT_CLIENT
 from kafka_ext.server import broker_lifecycle
 from kafka_ext.server.broker_lifecycle import BrokerLifecycleManager
 from kafka_ext.server.fetch import _handle_replica_fetch
@@ -643,6 +644,8 @@ class BrokerView:
                                                 offline_directory_ids=list)
         self.controller = self  # the broker's metadata: `controller.image`, `.raft`
         self.raft = self
+        self.inter_broker_security = PLAINTEXT_CLIENT
+        self.authorizer = None  # no ACLs: every check passes
 
     @property
     def replica_manager(self) -> SimReplicaManager:
@@ -663,7 +666,7 @@ class BrokerView:
     def broker_endpoint(self, node_id: int) -> None:
         return None
 
-    def live_nodes(self) -> list[Any]:
+    def live_nodes(self, listener_name: str | None = None) -> list[Any]:
         return []  # leader hints name no endpoints here
 
 
@@ -1259,7 +1262,8 @@ class Simulation:
                         self.note(partial(self._describe_answer, leader, follower, data))
             respond(response)
 
-        context = cast(Any, SimpleNamespace(broker=BrokerView(leader, self.broker_config)))
+        context = cast(Any, SimpleNamespace(broker=BrokerView(leader, self.broker_config),
+                                            listener_name="PLAINTEXT"))
         self._start(leader, _handle_replica_fetch(context, request, follower, True), answered,
                     _ignore)
         refused = any(data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE

@@ -8,13 +8,13 @@ import asyncio
 import pytest
 
 from kafka_ext.controller.client_quota_control import CLIENT_ID, USER, quota_entity
+from kafka_ext.security.principal import ANONYMOUS as ANONYMOUS_PRINCIPAL
 from kafka_ext.server.client_quota_manager import (
     DEFAULT,
     ClientQuotaManager,
     ControllerMutationQuotaManager,
     HandlerTimer,
     QuotaManagers,
-    principal,
 )
 
 # The eight levels, most specific first (Kafka's docs, "Quotas" > "Configuration").
@@ -122,8 +122,7 @@ def test_handler_timer_counts_the_steps_and_returns_the_result() -> None:
 
 
 def test_an_unauthenticated_connection_is_the_anonymous_user() -> None:
-    assert principal({}) == "ANONYMOUS"
-    assert principal({"principal": "alice"}) == "alice"
+    assert ANONYMOUS_PRINCIPAL.name == "ANONYMOUS"
     quotas = QuotaManagers({})
     quotas.update({quota_entity([(USER, "ANONYMOUS")]): {"consumer_byte_rate": 5.0}})
-    assert quotas.fetch.quota(principal({}), "any-client") == 5.0
+    assert quotas.fetch.quota(ANONYMOUS_PRINCIPAL.name, "any-client") == 5.0

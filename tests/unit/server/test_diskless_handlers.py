@@ -248,7 +248,7 @@ async def test_diskless_metadata_topic_is_internal_and_refuses_client_produce(
 def test_a_metadata_request_never_auto_creates_the_diskless_metadata_topic() -> None:
     # A stand-in broker: the real one may already have created the topic at start.
     broker = SimpleNamespace(
-        config=SimpleNamespace(auto_create_topics_enable=True),
+        config=SimpleNamespace(auto_create_topics_enable=True), authorizer=None,
         controller=SimpleNamespace(image=MetadataImage()))
     broker.auto_topic_creation = AutoTopicCreationManager(broker)
     ctx = RequestContext(header=None, api_version=12, broker=broker,  # type: ignore[arg-type]
