@@ -1,5 +1,5 @@
 """`kafka-ext configs`: kafka-configs.sh's flags and output, for client quotas (KIP-546), SCRAM
-credentials (KIP-554), topics and brokers.
+credentials (KIP-554), topics, brokers and broker loggers (KIP-412).
 
 `--entity-type users|clients` with `--entity-name N` or `--entity-default` (repeat the pair for
 a (user, client-id) entity), or the shortcuts `--user`, `--client`, `--user-defaults`,
@@ -13,12 +13,17 @@ Kafka's "SCRAM credential configs" lines (DescribeUserScramCredentials). As in K
 changes quotas or SCRAM credentials, not both. `--command-config` gives the connection's TLS and
 SASL settings (broker_connection.py).
 `--entity-type topics|brokers` describe (dynamic configs, or every one with `--all`) and alter
-(IncrementalAlterConfigs) a topic's or a broker's configs the same way.
+(IncrementalAlterConfigs) a topic's or a broker's configs the same way; `--entity-default` is
+the cluster-wide broker default. `--entity-type broker-loggers --entity-name N` (or
+`--broker-logger N`) lists broker N's logger levels and sets (`--add-config
+kafka_ext.server=DEBUG`) or unsets (`--delete-config`) them. As Kafka's admin client does, a
+broker's or its loggers' request goes to that broker, found through Metadata.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import socket
@@ -49,8 +54,11 @@ from kafka_ext.security.sasl import (
 )
 
 QUOTA_ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID}
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # ConfigResource types
-RESOURCE_TYPES = {"topics": TOPIC_RESOURCE, "brokers": BROKER_RESOURCE}
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8  # ConfigResource types
+RESOURCE_TYPES = {"topics": TOPIC_RESOURCE, "brokers": BROKER_RESOURCE,
+                  "broker-loggers": BROKER_LOGGER_RESOURCE}
+# Resources Kafka's admin client sends to the broker they name (their describe is its own view).
+_PER_BROKER = ("brokers", "broker-loggers")
 QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
               "controller_mutation_rate")
 _LABELS = {USER: "user-principal", CLIENT_ID: "client-id"}
@@ -72,10 +80,11 @@ class CommandFailed(Exception):
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `configs` with kafka-configs.sh's flags."""
     parser = subparsers.add_parser(
-        "configs", help="describe or alter client quotas, SCRAM credentials and topic or "
-                        "broker configs (kafka-configs.sh)",
+        "configs", help="describe or alter client quotas, SCRAM credentials, topic or "
+                        "broker configs and broker logger levels (kafka-configs.sh)",
         description="Add, delete or describe client quotas of users and client ids, SCRAM "
-                    "credentials of users, and the configs of topics and brokers.")
+                    "credentials of users, the configs of topics and brokers (per broker or "
+                    "the cluster default) and the logger levels of brokers.")
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
                         help="broker(s) to connect to")
     parser.add_argument("--command-config", metavar="FILE",
@@ -85,14 +94,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     action.add_argument("--describe", action="store_true", help="list the entity's configs")
     parser.add_argument("--entity-type", action="append", default=[], dest="entity_types",
                         choices=sorted([*QUOTA_ENTITY_TYPES, *RESOURCE_TYPES]),
-                        help="users, clients, topics or brokers")
+                        help="users, clients, topics, brokers or broker-loggers")
     parser.add_argument("--entity-name", action="append", dest="entity_names",
                         help="name of the entity (user principal or client id)")
     parser.add_argument("--entity-default", action="append_const", const=None,
                         dest="entity_names", help="the default entity of the type")
     # kafka-configs.sh's shortcuts: --user U is --entity-type users --entity-name U, ...
     for flag, entity_type in (("--user", "users"), ("--client", "clients"),
-                              ("--topic", "topics"), ("--broker", "brokers")):
+                              ("--topic", "topics"), ("--broker", "brokers"),
+                              ("--broker-logger", "broker-loggers")):
         parser.add_argument(flag, dest="shortcuts", action="append", type=_entity(entity_type),
                             metavar="NAME",
                             help=f"same as --entity-type {entity_type} --entity-name NAME")
@@ -138,7 +148,9 @@ def entities_of(args: argparse.Namespace) -> list[tuple[str, str | None]]:
     if len({t for t, _ in pairs}) != len(pairs):
         raise UsageError("each entity type may be given once")
     if any(t in RESOURCE_TYPES for t, _ in pairs) and len(pairs) > 1:
-        raise UsageError("topics and brokers take one entity")
+        raise UsageError("topics, brokers and broker-loggers take one entity")
+    if pairs[0] == ("broker-loggers", None):
+        raise UsageError("--entity-default is not supported for broker-loggers: name a broker")
     return pairs
 
 
@@ -247,13 +259,18 @@ def run(args: argparse.Namespace) -> int:
             scram_added = {k: v for k, v in added.items() if k in SCRAM_MECHANISMS}
             scram_deleted = [k for k in delete if k in SCRAM_MECHANISMS]
             add = quota_values({k: v for k, v in added.items() if k not in SCRAM_MECHANISMS})
-        with open_connection(args.bootstrap_server, args.command_config, TIMEOUT_S) as sock:
+        with contextlib.ExitStack() as stack:
+            sock = stack.enter_context(open_connection(args.bootstrap_server,
+                                                       args.command_config, TIMEOUT_S))
             if head_type in RESOURCE_TYPES:
+                check_broker_id(head_type, head_name)
+                nodes = NodeConnections(sock, args.command_config, stack)
                 if args.describe:
-                    for line in describe_resources(sock, head_type, head_name, args.all):
+                    for line in describe_resources(nodes, head_type, head_name, args.all):
                         print(line)
                     return 0
-                alter_resource(sock, head_type, head_name, added, delete)
+                alter_resource(nodes.for_entity(head_type, head_name), head_type, head_name,
+                               added, delete)
             else:
                 quota_pairs = [(QUOTA_ENTITY_TYPES[t], n) for t, n in pairs]
                 if args.describe:
@@ -402,11 +419,73 @@ def _resource_name(entity_type: str, name: str | None) -> str:
     return "" if name is None else name
 
 
-def describe_resources(sock: socket.socket, entity_type: str, name: str | None,
+def check_broker_id(entity_type: str, name: str | None) -> None:
+    """A broker or broker-logger entity is a broker id, as kafka-configs.sh checks."""
+    if entity_type in _PER_BROKER and name not in (None, _ANY):
+        try:
+            int(str(name))
+        except ValueError:
+            raise CommandFailed(f"The entity name for {entity_type} must be a valid integer "
+                                f"broker id, found: {name}") from None
+
+
+class NodeConnections:
+    """The bootstrap connection, and one to each broker a `brokers` or `broker-loggers` entity
+    names: Kafka's admin client sends those resources to that broker, which answers for itself
+    only. The connections close with the ExitStack given."""
+
+    def __init__(self, bootstrap: socket.socket, command_config: str | None,
+                 stack: contextlib.ExitStack) -> None:
+        self.bootstrap = bootstrap
+        self._command_config = command_config
+        self._stack = stack
+        self._brokers: dict[str, tuple[str, int]] | None = None
+        self._open: dict[str, socket.socket] = {}
+
+    def broker_ids(self) -> list[str]:
+        return sorted(self._endpoints(), key=int)
+
+    def _endpoints(self) -> dict[str, tuple[str, int]]:
+        if self._brokers is None:
+            response = _metadata(self.bootstrap)
+            self._brokers = {str(b.node_id): (b.host, b.port) for b in response.brokers}
+        return self._brokers
+
+    def for_entity(self, entity_type: str, name: str | None) -> socket.socket:
+        """Where a request about this entity goes: the broker it names, else the bootstrap
+        broker (topics, the cluster default, or a broker id Metadata does not list, which
+        then answers the error)."""
+        if entity_type not in _PER_BROKER or name is None:
+            return self.bootstrap
+        endpoint = self._endpoints().get(name)
+        if endpoint is None:
+            return self.bootstrap
+        sock = self._open.get(name)
+        if sock is None:
+            host, port = endpoint
+            sock = self._open[name] = self._stack.enter_context(open_connection(
+                f"[{host}]:{port}" if ":" in host else f"{host}:{port}", self._command_config,
+                TIMEOUT_S))
+        return sock
+
+
+def _metadata(sock: socket.socket) -> Any:
+    Request = registry()["MetadataRequest"].cls
+    return round_trip(sock, ApiKey.METADATA, 12, Request(
+        topics=None, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False))
+
+
+def describe_resources(nodes: NodeConnections, entity_type: str, name: str | None,
                        describe_all: bool) -> list[str]:
-    """kafka-configs.sh's describe of topics or brokers (every one when no name is given)."""
+    """kafka-configs.sh's describe of topics, brokers or broker loggers (every one when no name
+    is given, and for brokers the cluster default last)."""
     if name == _ANY:
-        names: list[str | None] = list(_all_names(sock, entity_type))
+        names: list[str | None]
+        if entity_type == "topics":
+            names = sorted(t.name for t in _metadata(nodes.bootstrap).topics if t.name)
+        else:
+            names = list(nodes.broker_ids())
         if entity_type == "brokers":
             names.append(None)
     else:
@@ -418,18 +497,9 @@ def describe_resources(sock: socket.socket, entity_type: str, name: str | None,
         else:
             lines.append(f"{'All' if describe_all else 'Dynamic'} configs for "
                          f"{entity_type[:-1]} {each} are:")
-        lines += _config_lines(sock, entity_type, each, describe_all)
+        lines += _config_lines(nodes.for_entity(entity_type, each), entity_type, each,
+                               describe_all)
     return lines
-
-
-def _all_names(sock: socket.socket, entity_type: str) -> list[str]:
-    Request = registry()["MetadataRequest"].cls
-    response = round_trip(sock, ApiKey.METADATA, 12, Request(
-        topics=None, allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False))
-    if entity_type == "brokers":
-        return [str(b.node_id) for b in response.brokers]
-    return sorted(t.name for t in response.topics if t.name)
 
 
 _DYNAMIC_SOURCE = {"topics": 1, "brokers": 2}  # DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG
@@ -440,6 +510,8 @@ _SOURCE_NAMES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CON
 
 def _resource_configs(sock: socket.socket, entity_type: str, name: str | None,
                       describe_all: bool) -> list[Any]:
+    """The entity's config entries by name: those set dynamically on it (every logger for
+    broker-loggers, which has no other kind), or all of them."""
     Request = registry()["DescribeConfigsRequest"].cls
     response = round_trip(sock, ApiKey.DESCRIBE_CONFIGS, 4, Request(
         resources=[Request.DescribeConfigsResource(
@@ -449,7 +521,9 @@ def _resource_configs(sock: socket.socket, entity_type: str, name: str | None,
     result = response.results[0]
     if result.error_code:
         raise CommandFailed(f"{ErrorCode(result.error_code).name}: {result.error_message}")
-    wanted = None if describe_all else (3 if name is None else _DYNAMIC_SOURCE[entity_type])
+    wanted = None
+    if not describe_all and entity_type in _DYNAMIC_SOURCE:
+        wanted = 3 if name is None else _DYNAMIC_SOURCE[entity_type]
     return sorted((c for c in result.configs if wanted is None or c.config_source == wanted),
                   key=lambda c: c.name)
 
@@ -471,16 +545,20 @@ def _java(value: str | None) -> str:
 
 def alter_resource(sock: socket.socket, entity_type: str, name: str | None,
                    add: dict[str, str], delete: list[str]) -> None:
-    """IncrementalAlterConfigs SET / DELETE, after kafka-configs.sh's check that every config
-    to delete is set."""
+    """IncrementalAlterConfigs DELETE / SET, after kafka-configs.sh's checks: every config to
+    delete is set; for broker loggers, every logger named exists."""
     current = {c.name for c in _resource_configs(sock, entity_type, name, False)}
+    if entity_type == "broker-loggers":
+        unknown = [k for k in (*delete, *add) if k not in current]
+        if unknown:
+            raise CommandFailed(f"Invalid broker logger(s): {','.join(unknown)}")
     unknown = [k for k in delete if k not in current]
     if unknown:
         raise CommandFailed(f"Invalid config(s): {','.join(unknown)}")
     Request = registry()["IncrementalAlterConfigsRequest"].cls
-    configs = [Request.AlterableConfig(name=k, config_operation=0, value=v)
-               for k, v in add.items()]
-    configs += [Request.AlterableConfig(name=k, config_operation=1, value=None) for k in delete]
+    configs = [Request.AlterableConfig(name=k, config_operation=1, value=None) for k in delete]
+    configs += [Request.AlterableConfig(name=k, config_operation=0, value=v)
+                for k, v in add.items()]
     response = round_trip(sock, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, Request(
         resources=[Request.AlterConfigsResource(
             resource_type=RESOURCE_TYPES[entity_type],

@@ -81,10 +81,11 @@ from kafka_ext.raft.messages import OffsetAndEpoch, ReplicaKey
 from kafka_ext.raft.raft_manager import RaftManager
 from kafka_ext.security.acl import AclEntry, AclFilter
 from kafka_ext.server.config import (
-    DYNAMIC_BROKER_CONFIGS,
+    BROKER_CONFIGS,
     TOPIC_CONFIGS,
     ConfigError,
     ConfigType,
+    check_dynamic_broker_configs,
     validate_dynamic_broker_config,
 )
 
@@ -471,11 +472,6 @@ class QuorumController:
             assignments = self._place(partitions, factor)
         configs = self._validated_configs(creation.configs)
         _check_diskless_configs(creation.name, configs)
-        if configs.get(DISKLESS_ENABLE_CONFIG) == "true" and len(self.image.brokers) > 1:
-            raise KafkaError(ErrorCode.INVALID_CONFIG,
-                             "diskless topics are served on a single broker for now: their "
-                             "coordinators spread over brokers with a later issue "
-                             f"(this cluster has {len(self.image.brokers)} brokers)")
         topic_id = uuid.uuid4()
         result.topic_id = topic_id
         result.num_partitions = len(assignments)
@@ -800,7 +796,8 @@ class QuorumController:
             elif change.op == 1:
                 desired.pop(change.name, None)
             elif change.op in (2, 3):
-                definition = TOPIC_CONFIGS.get(change.name)
+                definitions = TOPIC_CONFIGS if rtype == TOPIC_RESOURCE else BROKER_CONFIGS
+                definition = definitions.get(change.name)
                 if definition is None or definition.type != ConfigType.LIST:
                     raise KafkaError(ErrorCode.INVALID_CONFIG, "Config value append/subtract is "
                                      f"not allowed for config key {change.name}")
@@ -826,15 +823,15 @@ class QuorumController:
                     raise KafkaError(ErrorCode.INVALID_CONFIG,
                                      f"{name} can only be set when the topic is created")
             _check_diskless_configs(rname, desired)
-        elif desired.keys() <= DYNAMIC_BROKER_CONFIGS:  # the throttle rates
-            for name, value in list(desired.items()):
-                try:
+        else:  # dynamic broker configs: this broker's ("<id>") or the cluster default ("")
+            changed = {n: v for n, v in desired.items() if current.get(n) != v}
+            try:
+                # Only what this request sets: a record a key no longer dynamic left may go.
+                check_dynamic_broker_configs(changed)
+                for name, value in changed.items():
                     desired[name] = validate_dynamic_broker_config(name, value)
-                except ConfigError as exc:
-                    raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-        elif desired:
-            raise KafkaError(ErrorCode.INVALID_CONFIG,
-                             f"Broker configs cannot be changed at run time yet: {sorted(desired)}")
+            except ConfigError as exc:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         for name in current.keys() - desired.keys():
             records.append(self._record("ConfigRecord", resource_type=rtype, resource_name=rname,
                                         name=name, value=None))
@@ -977,11 +974,16 @@ class QuorumController:
                     return
 
     def unclean_allowed(self, topic: str) -> bool:
-        """unclean.leader.election.enable of a topic: its own, else the cluster's dynamic
-        default, else this controller's static one."""
-        value = self.image.topic_configs(topic).get(
-            UNCLEAN_CONFIG, self.image.configs.get((BROKER_RESOURCE, ""), {}).get(UNCLEAN_CONFIG))
-        return self.unclean_leader_election if value is None else value == "true"
+        """unclean.leader.election.enable of a topic: its own, else this controller's dynamic
+        one, else the cluster's dynamic default, else this controller's static one (Kafka's
+        KafkaConfigSchema.resolveEffectiveTopicConfigs)."""
+        configs = self.image.configs
+        for resource in ((TOPIC_RESOURCE, topic), (BROKER_RESOURCE, str(self.node_id)),
+                         (BROKER_RESOURCE, "")):
+            value = configs.get(resource, {}).get(UNCLEAN_CONFIG)
+            if value is not None:
+                return value == "true"
+        return self.unclean_leader_election
 
     # -- ISR changes (AlterPartition 56, KIP-497) ----------------------------------------------
 

@@ -46,7 +46,7 @@ class OrphanScanner:
     def __init__(
         self,
         store: ObjectStore,
-        oldest_file_timestamp_ms: Callable[[], int | None],
+        oldest_file_timestamp_ms: Callable[[], Awaitable[int | None]],
         files_known: Callable[[list[str]], Awaitable[set[str]]],
         *,
         grace_period_ms: int,
@@ -58,10 +58,10 @@ class OrphanScanner:
         self.grace_period_ms = grace_period_ms
         self._clock_ms = clock_ms or _wall_clock_ms
 
-    def threshold_ms(self) -> int:
+    async def threshold_ms(self) -> int:
         """Step 1: objects older than this are candidates."""
         newest_safe_ms = self._clock_ms() - self.grace_period_ms
-        oldest_ms = self._oldest_file_timestamp_ms()
+        oldest_ms = await self._oldest_file_timestamp_ms()
         if oldest_ms is None:
             return newest_safe_ms
         return min(oldest_ms + self.grace_period_ms, newest_safe_ms)
@@ -72,7 +72,7 @@ class OrphanScanner:
         Raises ObjectStoreError when listing fails, and whatever files_known raises; a failed
         delete is logged and left for the next scan.
         """
-        threshold_ms = self.threshold_ms()
+        threshold_ms = await self.threshold_ms()
         candidates = sorted(
             info.key
             for info in await self._store.list(WAL_PREFIX)

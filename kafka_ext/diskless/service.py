@@ -6,9 +6,9 @@ writer, which answers once the object is uploaded and committed. Fetch asks the 
 for the batches at the fetch offsets (DisklessFindBatches) and reads them through the object
 cache; ListOffsets and DeleteRecords go to the coordinators. An image listener tells the
 coordinators about diskless partitions created and topics deleted (DisklessCreatePartitions,
-DisklessDeleteTopics), and a periodic task runs the orphan scanner. On one broker every
-coordinator is local, so the coordinator calls are method calls; the cluster issue replaces
-them with requests to the coordinators' leaders.
+DisklessDeleteTopics), and a periodic task runs the orphan scanner on the one broker that leads
+coordinator 0. Coordinator calls go through the CoordinatorClient: method calls for the
+coordinators this broker leads, requests to their leaders for the others.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 from kafka_ext.controller.image import MetadataImage
 from kafka_ext.diskless.batch_reader import BatchReader
+from kafka_ext.diskless.coordinator_client import CALL_TIMEOUT_S, CoordinatorClient
 from kafka_ext.diskless.object_cache import ObjectCache
 from kafka_ext.diskless.object_store import ObjectStore
 from kafka_ext.diskless.orphan_scanner import OrphanScanner
@@ -68,17 +69,24 @@ class DisklessService:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         config = broker.config
-        self.coordinator = broker.diskless_coordinator
+        self.coordinator = broker.diskless_coordinator  # the coordinators this broker leads
+        # Any coordinator. A commit gives up well inside the orphan scan's grace period, so
+        # the scanner never deletes an object whose commit is still being retried.
+        self.client = CoordinatorClient(
+            broker, self.coordinator,
+            timeout_s=min(CALL_TIMEOUT_S,
+                          config.diskless_coordinator_orphan_scan_grace_period_ms / 2000))
         self.store = ObjectStore.from_url(config.diskless_storage_url)
         self.coordinator.delete_object = self.store.delete
-        self.writer = WalWriter(self.store, self.coordinator.commit_file,
-                                self.coordinator.coordinator_of, broker_id=broker.node_id,
+        self.coordinator.owners = self.client  # a file's other owners may lead elsewhere
+        self.writer = WalWriter(self.store, self.client.commit_file,
+                                self.client.coordinator_of, broker_id=broker.node_id,
                                 max_bytes=config.diskless_wal_max_bytes,
                                 max_ms=config.diskless_wal_max_ms)
         self.cache = ObjectCache(self.store, config.diskless_fetch_cache_max_bytes)
         self.reader = BatchReader(self.cache)
         self.orphan_scanner = OrphanScanner(
-            self.store, self.coordinator.oldest_file_timestamp_ms, self.files_known,
+            self.store, self.client.oldest_file_timestamp_ms, self.files_known,
             grace_period_ms=config.diskless_coordinator_orphan_scan_grace_period_ms)
         # Partition counts each topic was last registered with at its coordinators.
         self._registered: dict[uuid.UUID, int] = {}
@@ -169,7 +177,7 @@ class DisklessService:
         if not topics:
             return [DisklessFetchResult(int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                     for _ in requests]
-        response = await self.coordinator.find_batches(_FindBatches(
+        response = await self.client.find_batches(_FindBatches(
             fetch_max_bytes=max_bytes, max_batches_per_partition=MAX_BATCHES_PER_PARTITION,
             topics=list(topics.values())))
         found: dict[tuple[uuid.UUID, int], Any] = {
@@ -222,7 +230,7 @@ class DisklessService:
             topic_id=self.topic_id(topic), partitions=[
                 _ListOffsets.DisklessListOffsetsPartition(partition_index=partition,
                                                           timestamp=timestamp)])])
-        response = await self.coordinator.list_offsets(request)
+        response = await self.client.list_offsets(request)
         answer = response.topics[0].partitions[0]
         if answer.error_code:
             raise KafkaError(client_error_code(answer.error_code), answer.error_message)
@@ -256,7 +264,7 @@ class DisklessService:
             topic_id=self.topic_id(topic), partitions=[
                 _DeleteRecords.DisklessDeleteRecordsPartition(partition_index=partition,
                                                               offset=offset)])])
-        response = await self.coordinator.delete_records(request)
+        response = await self.client.delete_records(request)
         answer = response.topics[0].partitions[0]
         if answer.error_code:
             raise KafkaError(client_error_code(answer.error_code), answer.error_message)
@@ -266,7 +274,7 @@ class DisklessService:
         """The keys some coordinator knows (DisklessDescribeFiles), for the orphan scanner."""
         if not object_keys:
             return set()
-        response = await self.coordinator.describe_files(_DescribeFiles(
+        response = await self.client.describe_files(_DescribeFiles(
             files=[_DescribeFiles.DisklessDescribeFileEntry(object_key=k) for k in object_keys]))
         return {f.object_key for f in response.files
                 if f.error_code != ErrorCode.DISKLESS_FILE_NOT_FOUND}
@@ -321,7 +329,7 @@ class DisklessService:
         pending = [t for t in topics if self._registered.get(t.topic_id) != len(t.partitions)]
         if not pending:
             return True
-        response = await self.coordinator.create_partitions(_CreatePartitions(topics=[
+        response = await self.client.create_partitions(_CreatePartitions(topics=[
             _CreatePartitions.DisklessCreatablePartitions(
                 topic_id=t.topic_id, name=t.name, num_partitions=len(t.partitions))
             for t in pending]))
@@ -340,6 +348,8 @@ class DisklessService:
         interval_s = self.broker.config.diskless_coordinator_orphan_scan_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
+            if self.client.leader_of(0) != self.broker.node_id:
+                continue  # one scanner in the cluster: the leader of coordinator 0 runs it
             started = time.monotonic()
             try:
                 deleted = await self.orphan_scanner.scan_once()

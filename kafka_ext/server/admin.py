@@ -38,8 +38,8 @@ from kafka_ext.server.chunks import remove_chunks
 from kafka_ext.server.client_quota_manager import finish_mutation_quota, mutation_quota_for
 from kafka_ext.server.config import (
     describe_broker_configs,
+    describe_broker_default_configs,
     describe_topic_configs,
-    with_dynamic_broker_configs,
 )
 from kafka_ext.server.dispatcher import RequestContext
 from kafka_ext.server.log4j_controller import (
@@ -130,7 +130,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             entry.num_partitions, entry.replication_factor, entry.configs = -1, -1, []
             entry.topic_config_error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         elif r.error == ErrorCode.NONE:
-            described = describe_topic_configs(ctx.broker.config, r.configs)
+            described = describe_topic_configs(ctx.broker.dynamic_config(), r.configs)
             entry.configs = [Response.CreatableTopicConfigs(
                 name=c.name, value=c.value, read_only=c.read_only, config_source=int(c.source),
                 is_sensitive=c.is_sensitive) for c in described]
@@ -290,17 +290,17 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
                 result.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 result.error_message = f"Topic {res.resource_name} does not exist"
                 continue
-            entries = describe_topic_configs(broker.config, image.topic_configs(res.resource_name),
-                                             names)
-        elif res.resource_type == BROKER_RESOURCE:
+            entries = describe_topic_configs(broker.dynamic_config(image),
+                                             image.topic_configs(res.resource_name), names)
+        elif res.resource_type == BROKER_RESOURCE:  # this broker's, or the cluster default ("")
             if res.resource_name not in ("", str(broker.node_id)):
                 result.error_code = int(ErrorCode.INVALID_REQUEST)
-                result.error_message = f"Unexpected broker id {res.resource_name}"
+                result.error_message = (f"Unexpected broker id, expected {broker.node_id} or "
+                                        f"empty string, but received {res.resource_name}")
                 continue
-            entries = with_dynamic_broker_configs(
-                describe_broker_configs(broker.config, names),
-                image.configs.get((BROKER_RESOURCE, str(broker.node_id)), {}),
-                image.configs.get((BROKER_RESOURCE, ""), {}))
+            dynamic = broker.dynamic_config(image)
+            entries = (describe_broker_configs(dynamic, names) if res.resource_name
+                       else describe_broker_default_configs(dynamic, names))
         elif res.resource_type == BROKER_LOGGER_RESOURCE:  # logger levels (log4j_controller.py)
             try:
                 check_resource_name(res.resource_name, broker.node_id)

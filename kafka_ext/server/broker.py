@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kafka_ext.controller.image import MetadataImage
+from kafka_ext.controller.image import BROKER_RESOURCE, MetadataImage
 from kafka_ext.controller.metadata_log import METADATA_TOPIC, METADATA_TOPIC_ID
 from kafka_ext.controller.quorum_controller import QuorumController
 from kafka_ext.controller.quorum_status import ZERO_UUID, RaftQuorumStatus, VoterEndpoint
@@ -84,6 +84,7 @@ from kafka_ext.server.client_quota_manager import QuotaManagers
 from kafka_ext.server.config import (
     BrokerConfig,
     ConfigError,
+    DynamicBrokerConfig,
     format_config_value,
     validate_topic_config,
 )
@@ -195,8 +196,14 @@ class Broker:
         self.bound_ports: list[int] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
+        # server.properties with the dynamic broker configs on top (dynamic_config), the topic
+        # defaults it gives as text, and the one the hosted logs were last given.
+        self._dynamic_config = self._applied_dynamic_config = DynamicBrokerConfig.of(config)
+        self._dynamic_records: tuple[dict[str, str], dict[str, str]] = ({}, {})  # as read
+        self._topic_default_texts = _texts(self._dynamic_config.topic_defaults())
         self._log_configs_image: MetadataImage | None = None
         self._log_configs: dict[str, LogConfig] = {}
+        self._log_config_defaults = self._topic_default_texts  # those of _log_configs_image
         self._stopped = asyncio.Event()
         self._register_handlers()
 
@@ -322,8 +329,22 @@ class Broker:
                     or registration.endpoints[0])
         return endpoint.host, endpoint.port
 
+    def dynamic_config(self, image: MetadataImage | None = None) -> DynamicBrokerConfig:
+        """This broker's configs as they stand in `image` (the current one by default):
+        server.properties under the dynamic broker configs, this node's over the cluster
+        default's (Kafka's DynamicBrokerConfig); rebuilt only when either layer changes."""
+        image = image or (self.controller.image if self.controller else MetadataImage())
+        node = image.configs.get((BROKER_RESOURCE, str(self.node_id)), {})
+        cluster = image.configs.get((BROKER_RESOURCE, ""), {})
+        if (node, cluster) != self._dynamic_records:
+            self._dynamic_records = (node, cluster)
+            self._dynamic_config = DynamicBrokerConfig.of(self.config, node, cluster)
+            self._topic_default_texts = _texts(self._dynamic_config.topic_defaults())
+        return self._dynamic_config
+
     def log_config_for(self, topic: str, image: MetadataImage | None = None) -> LogConfig:
-        """The effective LogConfig of a topic: broker defaults overlaid with topic overrides.
+        """The effective LogConfig of a topic: its overrides over the broker's topic defaults
+        (dynamic broker configs included: see dynamic_config).
 
         Cached per metadata image (configs, dynamic broker ones included, change only with
         the image): diskless produce and fetch ask for it on every request, and building one
@@ -333,14 +354,34 @@ class Broker:
         if image is not self._log_configs_image:
             self._log_configs_image = image
             self._log_configs = {}
+            self.dynamic_config(image)
+            self._log_config_defaults = self._topic_default_texts
         cached = self._log_configs.get(topic)
         if cached is None:
-            defaults = {name: format_config_value(value)
-                        for name, value in self.config.topic_defaults().items()}
+            defaults = dict(self._log_config_defaults)
             defaults.update(image.topic_configs(topic))
             cached = self._log_configs[topic] = LogConfig.from_topic_configs(
                 {k: v for k, v in defaults.items() if v is not None})
         return cached
+
+    def _apply_dynamic_configs(self, old: MetadataImage | None, new: MetadataImage) -> None:
+        """A dynamic broker config changed (a ConfigRecord on this broker or the cluster
+        default): every hosted log takes its topic's new effective config, the cleaner its
+        new settings, without a restart (Kafka's DynamicLogConfig.reconfigure)."""
+        now = self.dynamic_config(new)
+        if now is self._applied_dynamic_config:
+            return
+        before, self._applied_dynamic_config = self._applied_dynamic_config, now
+        changed = sorted(name for name in {**before.node_overrides, **before.cluster_overrides,
+                                           **now.node_overrides, **now.cluster_overrides}
+                         if before.values[name] != now.values[name])
+        log.info("dynamic broker configs now: this broker %s, cluster default %s (changed: %s)",
+                 dict(now.node_overrides), dict(now.cluster_overrides), ", ".join(changed))
+        for hosted in list(self.replica_manager.partitions.values()):
+            hosted.log.update_config(self.log_config_for(hosted.topic, new))
+        for (topic, _, _), chunk in self.log_manager.chunk_logs().items():
+            chunk.update_config(self.log_config_for(topic, new))
+        self.log_cleaner.config = CleanerConfig.from_values(now.values)
 
     @staticmethod
     def normalise_topic_config(name: str, value: str) -> str:
@@ -378,6 +419,8 @@ class Broker:
         self.replica_manager.apply_image(None, self.controller.image)
         self._delete_stray_logs()
         self.controller.listeners.append(self.replica_manager.apply_image)
+        self._apply_dynamic_configs(None, self.controller.image)  # those kept in the metadata
+        self.controller.listeners.append(self._apply_dynamic_configs)
         await check_internal_topics(self)  # before the coordinators place keys over them
         self.quotas.update(self.controller.image.client_quotas)
         self.controller.listeners.append(
@@ -412,9 +455,10 @@ class Broker:
         self._tasks.append(loop.create_task(self._every(
             int(str(config.values["replica.high.watermark.checkpoint.interval.ms"])) / 1000,
             self._checkpoint_high_watermarks)))
-        if self.log_cleaner.config.enable:
+        if self.log_cleaner.config.enable:  # log.cleaner.backoff.ms may change at run time
             self._tasks.append(loop.create_task(self._every(
-                max(self.log_cleaner.config.backoff_ms, 10) / 1000, self.log_cleaner.run_once)))
+                lambda: max(self.log_cleaner.config.backoff_ms, 10) / 1000,
+                self.log_cleaner.run_once)))
         log.info("kafka-ext broker %d started (cluster %s) on ports %s",
                  self.node_id, self.cluster_id, self.bound_ports)
 
@@ -573,16 +617,19 @@ class Broker:
 
     # -- background work ---------------------------------------------------------------------
 
-    async def _every(self, interval_s: float, job: Callable[[], Awaitable[None]]) -> None:
-        """Run `job` every interval until cancelled; a failure is logged and the next round
-        runs anyway (a background task that dies quietly would stop flushing for good)."""
+    async def _every(self, interval_s: float | Callable[[], float],
+                     job: Callable[[], Awaitable[None]]) -> None:
+        """Run `job` every interval (read again before each wait when a callable) until
+        cancelled; a failure is logged and the next round runs anyway (a background task that
+        dies quietly would stop flushing for good)."""
         while True:
-            await asyncio.sleep(interval_s)
+            wait_s = interval_s() if callable(interval_s) else interval_s
+            await asyncio.sleep(wait_s)
             try:
                 await job()
             except Exception:
                 log.exception("background job %s failed; retrying in %.1f s",
-                              getattr(job, "__name__", job), interval_s)
+                              getattr(job, "__name__", job), wait_s)
 
     async def _flush_sealed(self, plog: UnifiedLog) -> None:
         """fsync a log sealed as a chunk (seed 000) and its dir's new entry, off the loop."""
@@ -620,9 +667,9 @@ class Broker:
     async def _expire_producer_ids(self) -> None:
         """Forget idle producers' state after producer.id.expiration.ms (Kafka's periodic job)."""
         now_ms = int(time.time() * 1000)
+        expiration_ms = int(str(self.dynamic_config().values["producer.id.expiration.ms"]))
         for hosted in list(self.replica_manager.partitions.values()):
-            hosted.log.producer_state.remove_expired_producers(
-                now_ms, self.config.producer_id_expiration_ms)
+            hosted.log.producer_state.remove_expired_producers(now_ms, expiration_ms)
 
     async def _apply_retention(self) -> None:
         now_ms = int(time.time() * 1000)
@@ -705,6 +752,10 @@ def _unlink_deleted_files(pending: list[tuple[UnifiedLog, list[Path]]]
         except OSError as exc:
             failed.append((plog, exc))
     return failed
+
+
+def _texts(values: dict[str, object]) -> dict[str, str | None]:
+    return {name: format_config_value(value) for name, value in values.items()}
 
 
 def _super_users(config: BrokerConfig) -> list[str]:

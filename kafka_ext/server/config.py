@@ -9,16 +9,19 @@ too, and DescribeConfigs entries (value, source, synonyms, type, documentation) 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 from typing import NamedTuple
 
 from kafka_ext.storage.formatter import random_uuid
+
+_log = logging.getLogger(__name__)
 
 INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
@@ -1527,21 +1530,23 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, objec
     return typed
 
 
-def _topic_default(config: BrokerConfig, definition: TopicConfigDef) -> object:
+def _topic_default(values: Mapping[str, object], definition: TopicConfigDef) -> object:
     """The broker-derived default of a topic key: its first broker synonym with a value."""
     for synonym in definition.broker_synonyms:
-        value = _effective(config.values, _SYNONYM_OF.get(synonym, synonym))
+        value = _effective(values, _SYNONYM_OF.get(synonym, synonym))
         if value is not None:
             return value
     return definition.default
 
 
-def topic_config_defaults(config: BrokerConfig) -> dict[str, object]:
-    """Every topic config's default on this broker (broker synonyms applied)."""
-    return {name: _topic_default(config, d) for name, d in TOPIC_CONFIGS.items()}
+def topic_config_defaults(config: BrokerConfig | DynamicBrokerConfig) -> dict[str, object]:
+    """Every topic config's default on this broker (broker synonyms applied), with the dynamic
+    broker configs on top when `config` carries them."""
+    values = config.values
+    return {name: _topic_default(values, d) for name, d in TOPIC_CONFIGS.items()}
 
 
-def effective_topic_config(config: BrokerConfig,
+def effective_topic_config(config: BrokerConfig | DynamicBrokerConfig,
                            overrides: Mapping[str, str]) -> dict[str, object]:
     """A topic's full typed configuration: broker-derived defaults plus its own overrides."""
     merged = topic_config_defaults(config)
@@ -1581,55 +1586,158 @@ class ConfigEntry:
         return self.source is ConfigSource.DEFAULT_CONFIG
 
 
-def _broker_synonyms(config: BrokerConfig, head: str) -> tuple[ConfigSynonym, ...]:
-    out: list[ConfigSynonym] = []
-    for name, _ in BROKER_SYNONYMS.get(head, ((head, 1),)):
-        value = config.values[name]
-        if value is None:
-            continue
-        text = None if BROKER_CONFIGS[name].sensitive else format_config_value(value)
-        out.append(ConfigSynonym(name, text, config.sources[name]))
-    return tuple(out)
+# ---------------------------------------------------------------------------------------------
+# Dynamic broker configs (Kafka's DynamicBrokerConfig)
+
+# Broker configs IncrementalAlterConfigs/AlterConfigs may change at run time: ConfigRecords on
+# the BROKER resource named after a broker id (that broker) or "" (the cluster-wide default).
+# They are Kafka's DynamicBrokerConfig.AllDynamicConfigs less what kafka-ext cannot apply
+# without a restart: thread counts, listeners and their TLS/SASL settings, connection limits,
+# log.cleaner.threads, log.roll.jitter.ms, log.preallocate, log.segment.delete.delay.ms.
+#
+# The topic defaults (Kafka's DynamicLogConfig: the first broker synonym of each topic config):
+# a topic without an override of its own takes them into its LogConfig at once.
+DYNAMIC_LOG_CONFIGS = frozenset({
+    "log.cleanup.policy", "compression.type", "log.cleaner.delete.retention.ms",
+    "log.flush.interval.messages", "log.flush.interval.ms", "log.index.interval.bytes",
+    "message.max.bytes", "log.message.timestamp.type", "log.message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms", "min.insync.replicas", "log.retention.bytes",
+    "log.retention.ms", "log.segment.bytes", "log.index.size.max.bytes", "log.roll.ms",
+    "log.cleaner.min.cleanable.ratio", "log.cleaner.min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms",
+    # read by the controller when it elects a leader (QuorumController.unclean_allowed)
+    "unclean.leader.election.enable",
+})
+# Kafka's LogCleaner.RECONFIGURABLE_CONFIGS the cleaner reads per round.
+DYNAMIC_CLEANER_CONFIGS = frozenset({"log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size"})
+# Kafka's DynamicReplicationConfig throttles (docs/jbod.md, docs/replication.md).
+DYNAMIC_REPLICATION_CONFIGS = frozenset({"intra.broker.throttled.rate",
+                                         "leader.replication.throttled.rate",
+                                         "follower.replication.throttled.rate"})
+# Kafka's DynamicProducerStateManagerConfig: read by each producer expiration pass.
+DYNAMIC_PRODUCER_STATE_CONFIGS = frozenset({"producer.id.expiration.ms"})
+DYNAMIC_BROKER_CONFIGS = (DYNAMIC_LOG_CONFIGS | DYNAMIC_CLEANER_CONFIGS
+                          | DYNAMIC_REPLICATION_CONFIGS | DYNAMIC_PRODUCER_STATE_CONFIGS)
 
 
-# Broker configs IncrementalAlterConfigs/AlterConfigs may change at run time (ConfigRecords on
-# the broker resource, this node's id or "" for the cluster default); see docs/jbod.md.
-DYNAMIC_BROKER_CONFIGS = frozenset({"intra.broker.throttled.rate",
-                                    "leader.replication.throttled.rate",
-                                    "follower.replication.throttled.rate"})
+def check_dynamic_broker_configs(names: Iterable[str]) -> None:
+    """ConfigError naming every key that cannot change at run time, in Kafka's words
+    (DynamicBrokerConfig.validateConfigs, which prints a Scala Set)."""
+    refused = sorted(n for n in set(names) if n not in DYNAMIC_BROKER_CONFIGS)
+    if refused:
+        raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(refused)})",
+                          refused[0])
 
 
 def validate_dynamic_broker_config(name: str, value: str) -> str:
     """The normalised text of a run-time broker config change; ConfigError if not allowed."""
-    definition = BROKER_CONFIGS.get(name)
-    if definition is None or name not in DYNAMIC_BROKER_CONFIGS:
-        raise ConfigError(f"broker config {name} cannot be changed at run time", name, value)
+    check_dynamic_broker_configs([name])
+    definition = BROKER_CONFIGS[name]
     return format_config_value(parse_value(name, definition.type, value,
                                            definition.validator)) or ""
 
 
-def describe_broker_configs(config: BrokerConfig,
+@dataclass(frozen=True, slots=True)
+class DynamicBrokerConfig:
+    """This broker's configs as they stand at run time (Kafka's DynamicBrokerConfig): a dynamic
+    key's ConfigRecord on this broker's id wins over its record on "" (the cluster default),
+    which wins over server.properties, which wins over Kafka's default.
+
+    Immutable: the broker builds a new one when either dynamic layer changes, so whoever holds
+    one reads a consistent set. Records for keys this build does not change at run time, or
+    with values it cannot parse, are left out (logged by `of`).
+    """
+
+    static: BrokerConfig
+    node_overrides: Mapping[str, str]  # applied ConfigRecords on BROKER "<node.id>", as text
+    cluster_overrides: Mapping[str, str]  # applied ConfigRecords on BROKER "", as text
+    values: Mapping[str, object]  # every broker key, typed, the dynamic values applied
+
+    @classmethod
+    def of(cls, static: BrokerConfig, node_overrides: Mapping[str, str] | None = None,
+           cluster_overrides: Mapping[str, str] | None = None) -> DynamicBrokerConfig:
+        values = dict(static.values)
+        layers: list[dict[str, str]] = []
+        for overrides in (cluster_overrides or {}, node_overrides or {}):  # the node's last
+            applied: dict[str, str] = {}
+            for name, text in overrides.items():
+                definition = BROKER_CONFIGS.get(name)
+                if definition is None or name not in DYNAMIC_BROKER_CONFIGS:
+                    _log.warning("ignoring dynamic broker config %s: not changeable at run "
+                                 "time in this version", name)
+                    continue
+                try:
+                    values[name] = parse_value(name, definition.type, text,
+                                               definition.validator)
+                except ConfigError as exc:
+                    _log.warning("ignoring dynamic broker config %s=%s: %s", name, text, exc)
+                    continue
+                applied[name] = text
+            layers.append(applied)
+        return cls(static, layers[1], layers[0], values)
+
+    def effective(self, name: str) -> object:
+        """A key's value now; for a key with synonyms (log.retention.ms), the first that is
+        set, in the first key's unit."""
+        return _effective(self.values, _SYNONYM_OF.get(name, name))
+
+    def topic_defaults(self) -> dict[str, object]:
+        """Every topic config's default now (what a topic without its own override uses)."""
+        return topic_config_defaults(self)
+
+
+def _dynamic(config: BrokerConfig | DynamicBrokerConfig) -> DynamicBrokerConfig:
+    return config if isinstance(config, DynamicBrokerConfig) else DynamicBrokerConfig.of(config)
+
+
+def _broker_synonyms(config: DynamicBrokerConfig, head: str,
+                     per_broker: bool = True) -> tuple[ConfigSynonym, ...]:
+    """Where `head`'s value may come from, in Kafka's order (ConfigHelper.configSynonyms):
+    every synonym's per-broker dynamic value (unless describing the cluster default), then
+    every one's cluster-default dynamic value, then the static ones."""
+    members = [name for name, _ in BROKER_SYNONYMS.get(head, ((head, 1),))]
+    out: list[ConfigSynonym] = []
+    layers = [(config.cluster_overrides, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
+    if per_broker:
+        layers.insert(0, (config.node_overrides, ConfigSource.DYNAMIC_BROKER_CONFIG))
+    for overrides, source in layers:
+        out += [ConfigSynonym(name, None if BROKER_CONFIGS[name].sensitive else overrides[name],
+                              source)
+                for name in members if name in overrides]
+    static = config.static
+    for name in members:
+        value = static.values[name]
+        if value is None:
+            continue
+        text = None if BROKER_CONFIGS[name].sensitive else format_config_value(value)
+        out.append(ConfigSynonym(name, text, static.sources[name]))
+    return tuple(out)
+
+
+def describe_broker_configs(config: BrokerConfig | DynamicBrokerConfig,
                             names: Iterable[str] | None = None) -> list[ConfigEntry]:
-    """DescribeConfigs entries for this broker; all read-only (no dynamic broker configs yet).
+    """DescribeConfigs entries for this broker (resource name its id): every key's value now,
+    dynamic keys writable, with their synonyms (Kafka's ConfigHelper, perBrokerConfig).
 
     `names` None means every key; unknown names are left out, as Kafka does.
     """
+    dynamic = _dynamic(config)
     wanted = BROKER_CONFIGS.keys() if names is None else [n for n in names if n in BROKER_CONFIGS]
     entries: list[ConfigEntry] = []
     for name in wanted:
         definition = BROKER_CONFIGS[name]
         head = _SYNONYM_OF.get(name, name)
         if head == name:
-            synonyms = _broker_synonyms(config, name)
-            value = _effective(config.values, name)
+            synonyms = _broker_synonyms(dynamic, name)
+            value = _effective(dynamic.values, name)
         else:
-            synonyms = tuple(s for s in _broker_synonyms(config, head) if s.name == name)
-            value = config.values[name]
+            synonyms = tuple(s for s in _broker_synonyms(dynamic, head) if s.name == name)
+            value = dynamic.values[name]
         source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
         entries.append(ConfigEntry(
             name=name,
             value=None if definition.sensitive else format_config_value(value),
-            read_only=True,
+            read_only=name not in DYNAMIC_BROKER_CONFIGS,
             is_sensitive=definition.sensitive,
             source=source,
             synonyms=synonyms,
@@ -1639,12 +1747,38 @@ def describe_broker_configs(config: BrokerConfig,
     return entries
 
 
-def describe_topic_configs(config: BrokerConfig, overrides: Mapping[str, str],
+def describe_broker_default_configs(config: DynamicBrokerConfig,
+                                    names: Iterable[str] | None = None) -> list[ConfigEntry]:
+    """DescribeConfigs entries for the cluster-wide default (resource name ""): only the keys
+    set there, without per-broker synonyms, as Kafka answers."""
+    wanted = (config.cluster_overrides.keys() if names is None
+              else [n for n in names if n in config.cluster_overrides])
+    entries: list[ConfigEntry] = []
+    for name in wanted:
+        definition = BROKER_CONFIGS[name]
+        synonyms = _broker_synonyms(config, name, per_broker=False)
+        entries.append(ConfigEntry(
+            name=name,
+            value=None if definition.sensitive else config.cluster_overrides[name],
+            read_only=False,
+            is_sensitive=definition.sensitive,
+            source=ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+            synonyms=synonyms,
+            config_type=definition.type,
+            documentation=definition.doc,
+        ))
+    return entries
+
+
+def describe_topic_configs(config: BrokerConfig | DynamicBrokerConfig,
+                           overrides: Mapping[str, str],
                            names: Iterable[str] | None = None) -> list[ConfigEntry]:
     """DescribeConfigs entries for a topic with the given stored overrides (text form).
 
-    Synonyms list the topic override, then the broker keys it falls back to, most specific first.
+    Synonyms list the topic override, then the broker keys it falls back to, each level's
+    (per-broker dynamic, cluster-default dynamic, static) most specific first.
     """
+    dynamic = _dynamic(config)
     wanted = TOPIC_CONFIGS.keys() if names is None else [n for n in names if n in TOPIC_CONFIGS]
     entries: list[ConfigEntry] = []
     for name in wanted:
@@ -1658,11 +1792,11 @@ def describe_topic_configs(config: BrokerConfig, overrides: Mapping[str, str],
             if head in seen_heads:
                 continue
             seen_heads.add(head)
-            synonyms.extend(_broker_synonyms(config, head))
+            synonyms.extend(_broker_synonyms(dynamic, head))
         if name in overrides:
             value = format_config_value(validate_topic_config(name, overrides[name]))
         else:
-            value = format_config_value(_topic_default(config, definition))
+            value = format_config_value(_topic_default(dynamic.values, definition))
         source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
         entries.append(ConfigEntry(
             name=name,
@@ -1675,25 +1809,3 @@ def describe_topic_configs(config: BrokerConfig, overrides: Mapping[str, str],
             documentation=definition.doc,
         ))
     return entries
-
-
-def with_dynamic_broker_configs(entries: list[ConfigEntry], node_overrides: Mapping[str, str],
-                                cluster_overrides: Mapping[str, str]) -> list[ConfigEntry]:
-    """DescribeConfigs entries with run-time values on top: this broker's (ConfigRecords on its
-    id) before the cluster default's (""), before server.properties; dynamic keys not read-only."""
-    out = []
-    for entry in entries:
-        if entry.name not in DYNAMIC_BROKER_CONFIGS:
-            out.append(entry)
-            continue
-        synonyms = [ConfigSynonym(entry.name, overrides[entry.name], source)
-                    for overrides, source in ((node_overrides, ConfigSource.DYNAMIC_BROKER_CONFIG),
-                                              (cluster_overrides,
-                                               ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
-                    if entry.name in overrides]
-        synonyms += entry.synonyms
-        first = synonyms[0] if synonyms else None
-        out.append(replace(entry, read_only=False, synonyms=tuple(synonyms),
-                           value=first.value if first is not None else entry.value,
-                           source=first.source if first is not None else entry.source))
-    return out

@@ -33,9 +33,7 @@ _OPERATIONS: dict[ApiKey, str] = {
 
 
 async def _serve(ctx: RequestContext, api_key: ApiKey, request: Any) -> Any:
-    # ACL: CLUSTER_ACTION (issue: ACLs) -- these are inter-broker APIs (KIP-1164); once the
-    # authorizer exists, a principal without CLUSTER_ACTION on the cluster gets
-    # CLUSTER_AUTHORIZATION_FAILED on every entry (error_response below).
+    # CLUSTER_ACTION on the cluster is checked by the dispatcher (CLUSTER_ACTION_APIS).
     coordinator = getattr(ctx.broker, "diskless_coordinator", None)
     if coordinator is None:
         return error_response(api_key, request, ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -149,7 +147,7 @@ def _find_batches_error(request: Any, code: int, message: str | None) -> Any:
 
 def _describe_files_error(request: Any, code: int, message: str | None) -> Any:
     cls = _response("DisklessDescribeFilesResponse")
-    return cls(files=[cls.DisklessDescribeFileResult(
+    return cls(error_code=code, files=[cls.DisklessDescribeFileResult(
         object_key=f.object_key, error_code=code, error_message=message, has_live_batches=False)
         for f in request.files])
 

@@ -120,15 +120,29 @@ def _topic(topic: TopicImage, gateways: _Gateways) -> Any:
     return _Topic(
         error_code=0, name=topic.name, topic_id=topic.topic_id,
         is_internal=topic.name in INTERNAL_TOPICS,
-        partitions=[_Partition(error_code=_leader_error(p), partition_index=p.partition_id,
+        partitions=[_diskless_partition(p, gateways.of(p.diskless_coordinator))
+                    if p.is_diskless else
+                    _Partition(error_code=_leader_error(p), partition_index=p.partition_id,
                                leader_id=p.leader,
                                leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
                                isr_nodes=list(p.isr), offline_replicas=[],
-                               preferred_produce_brokers=(gateways.of(p.diskless_coordinator)
-                                                          if p.is_diskless else []),
+                               preferred_produce_brokers=[],
                                mode=p.mode, start_offset=p.start_offset,
                                chunks=[_chunk(c) for c in p.chunks])
                     for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)])
+
+
+def _diskless_partition(p: Any, gateways: list[int]) -> Any:
+    """A diskless partition has no leader that holds its data: any live broker serves it. Its
+    coordinator's produce gateways stand in as leader and replicas (stock clients send
+    produce and fetch to the leader), so it stays available whichever broker dies."""
+    leader = gateways[0] if gateways else p.leader
+    return _Partition(error_code=0 if leader >= 0 else _leader_error(p),
+                      partition_index=p.partition_id, leader_id=leader,
+                      leader_epoch=p.leader_epoch, replica_nodes=list(gateways or p.replicas),
+                      isr_nodes=list(gateways or p.isr), offline_replicas=[],
+                      preferred_produce_brokers=gateways, mode=p.mode,
+                      start_offset=p.start_offset, chunks=[])
 
 
 def _chunk(chunk: ChunkImage) -> Any:

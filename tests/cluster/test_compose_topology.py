@@ -65,7 +65,7 @@ DASHBOARD_METRICS = (
     "kafka_network_requestmetrics_requests_total",
     "kafka_network_requestmetrics_totaltimems",
     "kafka_server_replicamanager_underreplicatedpartitions",
-    "kafka_server_replicamanager_offlinepartitionscount",
+    "kafka_controller_kafkacontroller_offlinepartitionscount",  # Kafka's; no ReplicaManager one
     "kafka_controller_kafkacontroller_activecontrollercount",
 )
 # host:port after `//` (listeners) or `@` (controller.quorum.voters)

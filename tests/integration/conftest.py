@@ -7,6 +7,8 @@ log is printed.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import random
 import signal
@@ -107,6 +109,21 @@ class BrokerProcess:
             return self.log_path.read_text(errors="replace")[-20000:]
         except FileNotFoundError:
             return ""
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`kafka-ext <argv>` run in this process, as a finished process: a Python start-up per
+    call costs about a second, and tests call the tools many times (the launchers are run as
+    processes by test_launchers.py)."""
+    from kafka_ext.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:  # usage errors leave as on the shell
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
 
 
 def serve_for_module(b: BrokerProcess) -> Iterator[BrokerProcess]:

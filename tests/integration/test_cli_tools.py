@@ -20,7 +20,7 @@ from clients import (
     produce_confluent,
 )
 
-from tests.integration.conftest import BrokerProcess
+from tests.integration.conftest import BrokerProcess, run_cli
 
 BIN = Path(__file__).resolve().parents[2] / "bin"
 TOOL_TIMEOUT_S = 120
@@ -49,9 +49,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 def tool(name: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run bin/kafka-<name>.sh as a user would."""
-    return subprocess.run([str(BIN / f"kafka-{name}.sh"), *args], capture_output=True,
-                          text=True, timeout=TOOL_TIMEOUT_S, check=False)
+    """`kafka-ext <name>` (bin/kafka-<name>.sh), in this process."""
+    return run_cli(name, *args)
 
 
 def watermarks(broker: BrokerProcess, topic: str, partition: int) -> tuple[int, int]:

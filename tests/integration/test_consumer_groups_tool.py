@@ -5,7 +5,6 @@ dry runs, offset deletion, group deletion and exit codes."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from clients import (
     wait_until,
 )
 
-from tests.integration.conftest import BrokerProcess
+from tests.integration.conftest import BrokerProcess, run_cli
 
 LAUNCHER = Path(__file__).resolve().parents[2] / "bin" / "kafka-consumer-groups.sh"
 OFFSETS_HEADER = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
@@ -28,9 +27,7 @@ OFFSETS_HEADER = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFS
 
 
 def groups_tool(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kafka_ext", "consumer-groups",
-                           "--bootstrap-server", broker.bootstrap, *args],
-                          capture_output=True, text=True, timeout=60)
+    return run_cli("consumer-groups", "--bootstrap-server", broker.bootstrap, *args)
 
 
 def table(stdout: str) -> list[list[str]]:

@@ -308,42 +308,53 @@ class _Collected(logging.Handler):
 
 
 def _refused(config: dict[str, str], expected: str) -> None:
-    """A confluent-kafka producer with `config` delivers nothing and reports `expected`, as
-    an error or in its log (librdkafka only logs some transport failures)."""
-    collected = _Collected()
-    logger = logging.getLogger(f"refused-{id(collected)}")
-    logger.addHandler(collected)
-    logger.propagate = False
-    logger.setLevel(logging.DEBUG)
-    errors: list[str] = []
-    producer = Producer({**config, "error_cb": lambda e: errors.append(str(e)),
-                         "message.timeout.ms": 1500, "logger": logger})
-    delivered: list[Any] = []
-    producer.produce("secure-refused", b"x", callback=lambda e, m: delivered.append(e))
-    producer.flush(4)
-    producer.poll(0)
-    assert delivered and delivered[0] is not None, "a refused client delivered a record"
-    said = errors + collected.lines
-    assert any(expected in line for line in said), (config.get("security.protocol"), said)
+    _all_refused([(config, expected)])
+
+
+def _all_refused(cases: list[tuple[dict[str, str], str]]) -> None:
+    """Confluent-kafka producers with each config, trying at the same time: each delivers
+    nothing and reports its `expected` text, as an error or in its log (librdkafka only logs
+    some transport failures)."""
+    tries = []
+    for config, expected in cases:
+        collected = _Collected()
+        logger = logging.getLogger(f"refused-{id(collected)}")
+        logger.addHandler(collected)
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        errors: list[str] = []
+        delivered: list[Any] = []
+        producer = Producer({**config, "error_cb": errors.append, "logger": logger,
+                             "message.timeout.ms": 1500})
+        producer.produce("secure-refused", b"x", callback=lambda e, m, d=delivered: d.append(e))
+        tries.append((config, expected, producer, errors, delivered, collected))
+    for config, expected, producer, errors, delivered, collected in tries:
+        producer.flush(4)
+        producer.poll(0)
+        assert delivered and delivered[0] is not None, "a refused client delivered a record"
+        said = [str(e) for e in errors] + collected.lines
+        assert any(expected in line for line in said), (config.get("security.protocol"), said)
 
 
 def test_wrong_credentials_and_bad_tls_are_refused_and_cost_nothing_else(
         secure: SecureBroker) -> None:
-    _refused(_sasl(secure, "SASL_SSL", "PLAIN", "alice", "wrong-secret"),
-             "Invalid username or password")
-    _refused(_sasl(secure, "SASL_PLAINTEXT", "SCRAM-SHA-256", "mallory", "wrong-secret"),
-             "invalid credentials with SASL mechanism SCRAM-SHA-256")
-    _refused(_sasl(secure, "SASL_PLAINTEXT", "SCRAM-SHA-512", "carol", "wrong-secret"),
-             "invalid credentials")
-    # A plaintext client on the TLS port, a client that does not trust the broker's CA, a
-    # client without a certificate on the mutual-TLS port, and an expired client certificate.
-    _refused({"bootstrap.servers": secure.address("SASL_SSL"), "security.protocol": "PLAINTEXT"},
-             "Disconnected")
-    _refused({**_mutual_tls(secure), "ssl.ca.location": str(secure.tls.untrusted_ca)},
-             "certificate verify failed")
-    _refused({"bootstrap.servers": secure.address("SSL"), "security.protocol": "SSL",
-              **_ssl(secure)}, "SSL")
-    _refused(_mutual_tls(secure, secure.tls.expired_client), "SSL")
+    _all_refused([
+        (_sasl(secure, "SASL_SSL", "PLAIN", "alice", "wrong-secret"),
+         "Invalid username or password"),
+        (_sasl(secure, "SASL_PLAINTEXT", "SCRAM-SHA-256", "mallory", "wrong-secret"),
+         "invalid credentials with SASL mechanism SCRAM-SHA-256"),
+        (_sasl(secure, "SASL_PLAINTEXT", "SCRAM-SHA-512", "carol", "wrong-secret"),
+         "invalid credentials"),
+        # A plaintext client on the TLS port, a client that does not trust the broker's CA, a
+        # client without a certificate on the mutual-TLS port, an expired client certificate.
+        ({"bootstrap.servers": secure.address("SASL_SSL"), "security.protocol": "PLAINTEXT"},
+         "Disconnected"),
+        ({**_mutual_tls(secure), "ssl.ca.location": str(secure.tls.untrusted_ca)},
+         "certificate verify failed"),
+        ({"bootstrap.servers": secure.address("SSL"), "security.protocol": "SSL",
+          **_ssl(secure)}, "SSL"),
+        (_mutual_tls(secure, secure.tls.expired_client), "SSL"),
+    ])
     # Nothing else was touched: the broker serves the plaintext listener as before.
     _round_trip({"bootstrap.servers": secure.broker.bootstrap}, "secure-after-refusals", 5)
 

@@ -83,9 +83,10 @@ def now_ms() -> int:
 class FileOwners(Protocol):
     """How a shard reaches the other owners of a file; in-process now, a client later."""
 
-    async def has_live_batches(self, coordinator_id: int, object_key: str) -> bool:
-        """False also for a file unknown to that coordinator; raises KafkaError when it
-        cannot answer (not coordinator, loading): the caller retries."""
+    async def file_status(self, coordinator_id: int, object_key: str) -> bool | None:
+        """Whether that coordinator has live batches in the file; None when it does not know
+        the file (any more); raises KafkaError when it cannot answer (not coordinator,
+        loading): the caller retries."""
 
     async def hand_over(self, coordinator_id: int, object_key: str) -> None:
         """Tell that owner it is now the one responsible for the file."""
@@ -97,8 +98,8 @@ class LocalFileOwners:
     def __init__(self, coordinator: DisklessCoordinator) -> None:
         self.coordinator = coordinator
 
-    async def has_live_batches(self, coordinator_id: int, object_key: str) -> bool:
-        return bool(self.coordinator.runtime.shard(coordinator_id).has_live_batches(object_key))
+    async def file_status(self, coordinator_id: int, object_key: str) -> bool | None:
+        return self.coordinator.runtime.shard(coordinator_id).has_live_batches(object_key)
 
     async def hand_over(self, coordinator_id: int, object_key: str) -> None:
         self.coordinator.runtime.shard(coordinator_id)  # raises if it cannot take it now
@@ -136,14 +137,35 @@ class DisklessCoordinator:
             replication_factor=config.diskless_metadata_topic_replication_factor, pipelined=True)
         self._snapshotting: set[int] = set()
         self._file_tasks: dict[tuple[int, str], asyncio.Task[Any]] = {}
+        self._create_topic_task: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.runtime.ensure_topic()
         await self.runtime.start()
+        try:
+            await self.runtime.ensure_topic()
+        except KafkaError as exc:
+            # Too few brokers for its replication factor yet (the first nodes of a cluster):
+            # created once enough have registered.
+            log.info("%s not created yet, retrying: %s", DISKLESS_METADATA_TOPIC, exc)
+            self._create_topic_task = asyncio.get_running_loop().create_task(
+                self._create_topic_when_possible())
+
+    async def _create_topic_when_possible(self) -> None:
+        delay_s = FILE_RETRY_BACKOFF_MIN_S
+        while not self.runtime.topic_exists():
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, 2.0)
+            try:
+                await self.runtime.ensure_topic()
+            except KafkaError:
+                continue
 
     async def stop(self) -> None:
+        if self._create_topic_task is not None:
+            self._create_topic_task.cancel()
+            await asyncio.gather(self._create_topic_task, return_exceptions=True)
         await self.runtime.stop()
 
     def _new_shard(self, partition: int) -> DisklessShard:
@@ -188,7 +210,7 @@ class DisklessCoordinator:
             by_shard: dict[int, list[int]] = {}
             for p in range(t.num_partitions):
                 cid = self.coordinator_of(t.topic_id, p)
-                if cid >= 0:
+                if cid >= 0 and request.coordinator_id in (-1, cid):
                     by_shard.setdefault(cid, []).append(p)
             for cid, partitions in sorted(by_shard.items()):
                 op = functools.partial(DisklessShard.create_partitions, topic_id=t.topic_id,
@@ -206,8 +228,14 @@ class DisklessCoordinator:
         the topic already); a topic no shard knows is a success."""
         topic_ids = [t.topic_id for t in request.topics]
         errors: dict[uuid.UUID, KafkaError] = {}
-        loading = [p for p in range(self.runtime.num_partitions) if self.runtime.is_loading(p)]
+        asked = request.coordinator_id
+        if asked >= 0:
+            self._shard(asked)  # NOT_COORDINATOR / loading for every topic when it is not here
+        loading = [p for p in range(self.runtime.num_partitions)
+                   if self.runtime.is_loading(p) and asked in (-1, p)]
         for cid, shard in self.runtime.shards():
+            if asked not in (-1, cid):
+                continue
             known = [t for t in topic_ids if t in shard.topics]
             if not known:
                 continue
@@ -243,7 +271,9 @@ class DisklessCoordinator:
             else:
                 by_shard.setdefault(cid, []).append(index)
         timestamp_types = self._timestamp_types({b.topic_id for b in request.batches})
-        uploader = int(self.broker.node_id)
+        # The broker that uploaded the object, when another one forwards its commit.
+        uploader = (request.uploader_broker_id if request.uploader_broker_id >= 0
+                    else int(self.broker.node_id))
 
         async def commit(cid: int, indices: list[int]) -> None:
             try:
@@ -400,8 +430,13 @@ class DisklessCoordinator:
         DISKLESS_FILE_NOT_FOUND if none knows it (COORDINATOR_LOAD_IN_PROGRESS while a shard
         that might know it is still loading)."""
         Resp = _DescribeFilesResponse
-        shards = [shard for _, shard in self.runtime.shards()]
-        loading = self.loading()
+        asked = request.coordinator_id
+        if asked >= 0:
+            shards = [self._shard(asked)]  # NOT_COORDINATOR / loading: the whole call fails
+            loading = False
+        else:
+            shards = [shard for _, shard in self.runtime.shards()]
+            loading = self.loading()
         files = []
         for f in request.files:
             answers = [shard.has_live_batches(f.object_key) for shard in shards]
@@ -415,14 +450,16 @@ class DisklessCoordinator:
                 result.error_code = int(code)
                 result.error_message = f"{f.object_key} is unknown to the coordinators here"
             files.append(result)
-        oldest = self.oldest_file_timestamp_ms()
+        oldest = self.oldest_file_timestamp_ms(shards)
         return Resp(files=files, oldest_file_timestamp=-1 if oldest is None else oldest)
 
-    def oldest_file_timestamp_ms(self) -> int | None:
-        """Commit time of the oldest file any hosted shard knows; None: no files."""
-        oldest = [t for _, shard in self.runtime.shards()
-                  if shard.store is not None
-                  and (t := shard.store.oldest_file_ms()) is not None]
+    def oldest_file_timestamp_ms(self, shards: list[DisklessShard] | None = None) -> int | None:
+        """Commit time of the oldest file the shards (by default every hosted one) know;
+        None: no files."""
+        if shards is None:
+            shards = [shard for _, shard in self.runtime.shards()]
+        oldest = [t for shard in shards
+                  if shard.store is not None and (t := shard.store.oldest_file_ms()) is not None]
         return min(oldest) if oldest else None
 
     def loading(self) -> bool:
@@ -513,8 +550,10 @@ class DisklessCoordinator:
                                if self._file_tasks.get(slot) is t else None)
 
     async def _live_owner(self, shard: DisklessShard, key: str) -> int | None:
-        """The first other owner (OwnerIds order) with live batches in the file, or None;
-        retries with backoff while an owner cannot answer."""
+        """Who takes the file over: the first other owner (OwnerIds order) with live batches in
+        it; else the lowest-id owner below this one that still knows it, which deletes it (owners
+        releasing at the same time then delete it once, wherever they run); else None: this
+        shard deletes it. Retries with backoff while an owner cannot answer."""
         store = shard.store
         assert store is not None
         row = store.file(key)
@@ -522,10 +561,15 @@ class DisklessCoordinator:
         backoff = FILE_RETRY_BACKOFF_MIN_S
         while True:
             try:
+                lower_knowing: int | None = None
                 for owner in owners:
-                    if await self.owners.has_live_batches(owner, key):
+                    status = await self.owners.file_status(owner, key)
+                    if status:
                         return owner
-                return None
+                    if status is not None and owner < shard.coordinator_id and (
+                            lower_knowing is None or owner < lower_knowing):
+                        lower_knowing = owner
+                return lower_knowing
             except KafkaError as exc:
                 log.info("diskless file %s: owner not reachable (%s); retrying", key, exc)
             await asyncio.sleep(backoff)
@@ -642,7 +686,9 @@ class DisklessCoordinator:
         await self.broker.run_blocking(lambda: tmp.replace(target))
         for _, old in self.snapshot_paths(cid)[:-SNAPSHOTS_KEPT]:
             await self.broker.run_blocking(lambda old=old: remove_database(old))
-        if applied >= 0 and self._current(shard):
+        if applied >= 0 and self._current(shard) and self._sole_replica(cid):
+            # Pruning the log is safe only where the snapshot is: a follower that becomes the
+            # leader has no copy of this file and rebuilds its database from the log.
             hosted = self.broker.replica_manager.partitions.get((DISKLESS_METADATA_TOPIC, cid))
             if hosted is not None:
                 hosted.log.delete_records_before(min(applied + 1, hosted.log.high_watermark))
@@ -653,6 +699,11 @@ class DisklessCoordinator:
                     await remove_files()
         log.info("diskless coordinator %d: snapshot at offset %d", cid, applied)
         return applied
+
+    def _sole_replica(self, coordinator_id: int) -> bool:
+        topic = self.broker.controller.image.topics_by_name.get(DISKLESS_METADATA_TOPIC)
+        part = None if topic is None else topic.partitions.get(coordinator_id)
+        return part is not None and len(part.replicas) <= 1
 
     async def _prepare_database(self, shard: DisklessShard, log_start_offset: int,
                                 log_end_offset: int) -> None:

@@ -40,7 +40,7 @@ from kafka_ext.coordinator.diskless.records import (
     decode,
     encode,
 )
-from kafka_ext.coordinator.diskless.state import AppliedChanges, DisklessStore
+from kafka_ext.coordinator.diskless.state import LOG_APPEND_TIME, AppliedChanges, DisklessStore
 from kafka_ext.coordinator.runtime import CoordinatorResult
 from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError
 from kafka_ext.storage.producer_state import (
@@ -54,7 +54,6 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[uuid.UUID, int]
 Record = tuple[bytes, bytes | None]
 RECORD_BATCH_MAGIC = 2
-LOG_APPEND_TIME = 1
 
 
 def now_ms() -> int:
@@ -308,6 +307,12 @@ class DisklessShard:
         become one DisklessFileCommittedRecord; none accepted, nothing is written.
         `timestamp_types`: topics whose message.timestamp.type is LogAppendTime (1).
         """
+        earlier = self._committed_file(request.object_key)
+        if earlier is not None:
+            # A retry of a commit that went through (its answer was lost in a failover): the
+            # same offsets again, never a second copy of the file's batches.
+            return CoordinatorResult([], {i: self._recommitted(request.batches[i], earlier)
+                                          for i in indices})
         now = self._clock_ms()
         next_offsets: dict[TopicPartition, int] = {}
         producers: dict[tuple[TopicPartition, int], ProducerStateEntry] = {}
@@ -340,6 +345,30 @@ class DisklessShard:
             owner_ids=list(request.owner_ids),
             topics=[CommittedTopic(topic_id=t, partitions=ps) for t, ps in topics.items()])
         return CoordinatorResult([encode(FILE_COMMITTED, record)], outcomes)
+
+    def _committed_file(self, object_key: str
+                        ) -> dict[tuple[uuid.UUID, int, int], tuple[int, int]] | None:
+        """The batches this shard committed from `object_key`, pending records included; None
+        for a file it never committed."""
+        for _, record in reversed(self.pending):
+            m = record.message
+            if record.record_type == FILE_COMMITTED and m.object_key == object_key:
+                return {(t.topic_id, part.partition_index, b.byte_offset):
+                        (b.assigned_base_offset, b.log_append_timestamp
+                         if b.timestamp_type == LOG_APPEND_TIME else -1)
+                        for t in m.topics for part in t.partitions for b in part.batches}
+        return self._db().committed_batches(object_key)
+
+    def _recommitted(self, b: Any, earlier: dict[tuple[uuid.UUID, int, int], tuple[int, int]]
+                     ) -> CommitOutcome:
+        state = self.partitions.get((b.topic_id, b.partition_index))
+        log_start = state.log_start_offset if state is not None else -1
+        found = earlier.get((b.topic_id, b.partition_index, b.byte_offset))
+        if found is None:  # refused the first time, or deleted since: not committed now either
+            return CommitOutcome(int(ErrorCode.INVALID_REQUEST),
+                                 "this WAL object was committed already; this batch is not in "
+                                 "it (refused then, or deleted since)", log_start_offset=log_start)
+        return CommitOutcome(0, None, found[0], found[1], log_start)
 
     def _assign(self, b: Any, key: TopicPartition, state: PartitionState, now: int,
                 timestamp_types: dict[uuid.UUID, int], next_offsets: dict[TopicPartition, int],

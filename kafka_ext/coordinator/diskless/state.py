@@ -33,6 +33,7 @@ from kafka_ext.storage.producer_state import NUM_BATCHES_TO_RETAIN
 log = logging.getLogger(__name__)
 
 # File states (SQLite only, never in the log: the log already implies them, as KIP-1164 says).
+LOG_APPEND_TIME = 1  # a batch's timestamp type when the coordinator set its timestamp
 FILE_LIVE = "live"  # this shard has (or just had) live batches in the file
 FILE_RELEASING = "releasing"  # its last batch here is gone; asking the other owners
 FILE_DELETING = "deleting"  # nobody needs it: delete the object at deletion_due_ms
@@ -360,6 +361,22 @@ class DisklessStore:
         keys = [r[0] for r in self._db.execute("SELECT object_key FROM files WHERE state = ?",
                                                 (state,))]
         return [f for f in (self.file(k) for k in keys) if f is not None]
+
+    def committed_batches(self, object_key: str
+                          ) -> dict[tuple[uuid.UUID, int, int], tuple[int, int]] | None:
+        """A committed file's live batches: (topic id, partition, byte offset) -> (assigned base
+        offset, log append time or -1 for a CreateTime batch); None when this shard never
+        committed the file."""
+        row = self._db.execute("SELECT file_id FROM files WHERE object_key = ?",
+                               (object_key,)).fetchone()
+        if row is None:
+            return None
+        return {(uuid.UUID(bytes=bytes(topic_id)), partition, byte_offset):
+                (base, append_ms if timestamp_type == LOG_APPEND_TIME else -1)
+                for topic_id, partition, byte_offset, base, append_ms, timestamp_type
+                in self._db.execute(
+                    "SELECT topic_id, partition, byte_offset, base_offset, log_append_ms, "
+                    "timestamp_type FROM batches WHERE file_id = ?", (row[0],))}
 
     def has_live_batches(self, object_key: str) -> bool | None:
         """None: the file is unknown here."""

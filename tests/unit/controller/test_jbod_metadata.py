@@ -17,10 +17,10 @@ from kafka_ext.protocol.messages import registry
 from kafka_ext.server.config import (
     ConfigError,
     ConfigSource,
+    DynamicBrokerConfig,
     build_config,
     describe_broker_configs,
     validate_dynamic_broker_config,
-    with_dynamic_broker_configs,
 )
 from kafka_ext.storage.log import UnifiedLog
 from kafka_ext.storage.log_config import LogConfig
@@ -102,9 +102,10 @@ def test_only_listed_broker_configs_change_at_run_time() -> None:
 
 def test_describe_configs_shows_the_dynamic_throttle_first() -> None:
     config = build_config({"intra.broker.throttled.rate": "300"})
-    entries = with_dynamic_broker_configs(
-        describe_broker_configs(config, ["intra.broker.throttled.rate", "log.dirs"]),
-        {"intra.broker.throttled.rate": "100"}, {"intra.broker.throttled.rate": "200"})
+    entries = describe_broker_configs(
+        DynamicBrokerConfig.of(config, {"intra.broker.throttled.rate": "100"},
+                               {"intra.broker.throttled.rate": "200"}),
+        ["intra.broker.throttled.rate", "log.dirs"])
     rate, dirs = entries
     assert (rate.value, rate.source, rate.read_only) == (
         "100", ConfigSource.DYNAMIC_BROKER_CONFIG, False)

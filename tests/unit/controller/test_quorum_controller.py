@@ -650,13 +650,19 @@ async def test_alter_configs_of_an_unknown_topic(controller: QuorumController) -
     assert caught.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-async def test_alter_configs_of_a_broker_is_refused(controller: QuorumController) -> None:
+async def test_a_broker_config_changes_at_run_time_only_if_it_is_dynamic(
+        controller: QuorumController) -> None:
     with pytest.raises(KafkaError) as caught:
         await controller.alter_configs(BROKER_RESOURCE, "1",
-                                       [ConfigChange("log.retention.ms", SET, "1")],
+                                       [ConfigChange("log.cleaner.threads", SET, "2")],
                                        validate_only=False)
     assert caught.value.code == ErrorCode.INVALID_CONFIG
+    assert "log.cleaner.threads" in str(caught.value)
     assert controller.image.configs.get((BROKER_RESOURCE, "1"), {}) == {}
+    await controller.alter_configs(BROKER_RESOURCE, "1",
+                                   [ConfigChange("log.retention.ms", SET, "1")],
+                                   validate_only=False)
+    assert controller.image.configs[(BROKER_RESOURCE, "1")] == {"log.retention.ms": "1"}
 
 
 async def test_alter_configs_replace_all_makes_the_changes_the_whole_set(
@@ -742,13 +748,14 @@ async def test_snapshot_lets_the_log_start_later_and_a_restart_rebuilds_the_imag
     reopened.close()
 
 
-async def test_diskless_topics_are_refused_on_several_brokers(
+async def test_diskless_topics_are_created_on_several_brokers_with_their_coordinators(
         controller: QuorumController) -> None:
     await _register(controller, 1, 2)
     [result] = await _create(controller, TopicCreation(
         "events", 2, configs={"diskless.enable": "true"}))
-    assert result.error == ErrorCode.INVALID_CONFIG
-    assert "single broker" in (result.message or "")
+    assert result.error == ErrorCode.NONE
+    partitions = controller.image.topics_by_name["events"].partitions
+    assert all(p.is_diskless and p.diskless_coordinator >= 0 for p in partitions.values())
 
 
 def test_rack_aware_order_takes_one_broker_from_each_rack_in_turn() -> None:

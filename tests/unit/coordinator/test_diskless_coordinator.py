@@ -258,6 +258,32 @@ async def test_pipelined_commits_validate_before_either_reaches_sqlite(h: Harnes
 # -- idempotence --------------------------------------------------------------------------------
 
 
+async def test_a_wal_object_is_committed_once_however_often_it_is_sent(h: Harness) -> None:
+    """A broker retries a commit whose answer it lost (a coordinator failover): pending,
+    applied to SQLite, or after a restart, the object's batches keep their first offsets and
+    are never written again."""
+    tid = await h.create_topic("t", message_timestamp_type="LogAppendTime")
+    h.clock.now_ms = T0 + 7
+    file = [batch(tid, 0, count=2, pos=0), batch(tid, 0, count=3, pos=200)]
+    cid = h.coordinator.coordinator_of(tid, 0)
+    shard = h.coordinator.runtime.shard(cid)
+    first, again = await asyncio.gather(h.commit("wal/1", file), h.commit("wal/1", file))
+    assert results(first) == results(again) == [(NONE, 0, False), (NONE, 2, False)]
+    assert [a.log_append_time for a in again] == [T0 + 7, T0 + 7]
+    assert shard.pending == []
+    end = h.metadata_log(cid).log_end_offset
+    h.clock.now_ms = T0 + 99
+    after_apply = await h.commit("wal/1", [*file, batch(tid, 0, pos=900)])
+    assert results(after_apply) == [(NONE, 0, False), (NONE, 2, False),
+                                    (ErrorCode.INVALID_REQUEST, -1, False)]
+    assert after_apply[0].log_append_time == T0 + 7
+    assert h.metadata_log(cid).log_end_offset == end  # nothing written
+    await h.restart_coordinator()
+    assert results(await h.commit("wal/1", file)) == [(NONE, 0, False), (NONE, 2, False)]
+    assert (await h.find(tid, 0, 0)).high_watermark == 5
+
+
+
 async def test_duplicate_batches_answer_the_original_offsets(h: Harness) -> None:
     tid = await h.create_topic("t")
     b0 = batch(tid, 0, count=2, producer_id=7, epoch=0, sequence=0)

@@ -28,7 +28,7 @@ class FakeCoordinators:
         self.asked: list[list[str]] = []
         self.fail: KafkaError | None = None
 
-    def oldest_file_timestamp_ms(self) -> int | None:
+    async def oldest_file_timestamp_ms(self) -> int | None:
         return self.oldest_ms
 
     async def files_known(self, keys: list[str]) -> set[str]:
@@ -78,14 +78,14 @@ async def test_threshold_is_the_oldest_file_plus_grace(store: ObjectStore) -> No
         await store.put(key, b"x")
     coordinators = FakeCoordinators(oldest_ms=oldest_ms, known=set())
     scanner = scanner_for(store, coordinators)
-    assert scanner.threshold_ms() == oldest_ms + GRACE_MS
+    assert await scanner.threshold_ms() == oldest_ms + GRACE_MS
     assert sorted(await scanner.scan_once()) == sorted([before, within_grace])
     assert await keys_in(store) == {after}
 
 
 async def test_threshold_never_passes_now_minus_grace(store: ObjectStore) -> None:
     coordinators = FakeCoordinators(oldest_ms=NOW_MS - 1_000, known=set())
-    assert scanner_for(store, coordinators).threshold_ms() == NOW_MS - GRACE_MS
+    assert await scanner_for(store, coordinators).threshold_ms() == NOW_MS - GRACE_MS
 
 
 async def test_objects_uploaded_recently_are_kept_even_if_their_key_looks_old(

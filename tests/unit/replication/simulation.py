@@ -539,6 +539,7 @@ class SimController(QuorumController):
         self.raft = cast(Any, InstantQuorum(self))
         self._heartbeats_epoch = InstantQuorum.epoch
         self.unclean_leader_election = unclean
+        self.node_id = 0  # the controller (a dynamic unclean setting of its own: none here)
         self._lock = asyncio.Lock()
         self._records = registry()
         self._on_commit = on_commit
