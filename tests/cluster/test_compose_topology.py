@@ -10,7 +10,7 @@ from CLUSTER_ID and execs the server, and are asked with the compose HEALTHCHECK
 a topic of replication factor 3 is produced to through every node's host listener and read
 back through every node's container listener by stock clients.
 
-`docker-compose config` (Debian's docker-compose, which needs no daemon; .ci/run installs it)
+`docker-compose config` (Debian's docker-compose, which needs no daemon; installed when missing)
 validates both compose files and reads the same environments this test reads.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -39,6 +38,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_ext.cli.healthcheck import Unhealthy, ask_controller, check_node
 from kafka_ext.server.config import BROKER_CONFIGS, load_config, parse_listener
 from kafka_ext.storage.checkpoints import MetaProperties
+from tests.debian_tools import debian_tool
 from tests.integration.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -447,9 +447,8 @@ def test_entrypoint_without_cluster_id_says_what_to_set(tmp_path: Path) -> None:
 def test_docker_compose_config_accepts_the_file(path: Path, expected: set[str]) -> None:
     """Debian's docker-compose validates the file without a daemon, and reads the same
     environments this module reads with PyYAML."""
-    assert shutil.which("docker-compose"), \
-        "docker-compose is missing: apt-get install docker-compose (.ci/run does)"
-    done = subprocess.run(["docker-compose", "-f", str(path), "config"], capture_output=True,
+    compose = debian_tool("docker-compose", "docker-compose")
+    done = subprocess.run([compose, "-f", str(path), "config"], capture_output=True,
                           text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stderr
     resolved = yaml.safe_load(done.stdout)

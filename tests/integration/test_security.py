@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -48,6 +47,7 @@ from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.framing import SIZE, encode_request
 from kafka_ext.protocol.messages import registry
 from kafka_ext.security.sasl import SaslClient
+from tests.debian_tools import debian_tool
 from tests.integration.conftest import BrokerProcess, free_port, serve_for_module
 from tests.integration.test_partition_reduction_clients import _kafkajs_modules
 from tests.tls_material import TlsMaterial, make_tls_material
@@ -267,7 +267,7 @@ def test_kafkajs_over_sasl_ssl_scram(secure: SecureBroker) -> None:
 
 
 def test_kcat_with_mutual_tls(secure: SecureBroker) -> None:
-    kcat = _kcat()
+    kcat = debian_tool("kcat", "kcat")
     pem = secure.tls.client
     tls = ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={secure.tls.ca}",
            "-X", f"ssl.certificate.location={pem.cert}", "-X", f"ssl.key.location={pem.key}"]
@@ -280,20 +280,6 @@ def test_kcat_with_mutual_tls(secure: SecureBroker) -> None:
                               timeout=60)
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stdout.splitlines() == [f"{i} kcat-{i}" for i in range(5)]
-
-
-def _kcat() -> str:
-    """kcat from Debian's package, installed when missing (the tests run as root in CI)."""
-    found = shutil.which("kcat")
-    if found is None:
-        install = subprocess.run(["apt-get", "install", "-y", "-qq", "kcat"],
-                                 capture_output=True, text=True, timeout=300,
-                                 env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-        found = shutil.which("kcat")
-        if found is None:
-            pytest.fail(f"kcat is not installed and apt-get could not install it:\n"
-                        f"{install.stderr[-2000:]}")
-    return found
 
 
 # -- refusals -----------------------------------------------------------------------------------
