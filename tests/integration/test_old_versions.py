@@ -478,7 +478,8 @@ def test_describe_configs_v0_says_is_default_instead_of_config_source(broker: An
         response = conn.call("DescribeConfigs", 0, resources=[
             Req.DescribeConfigsResource(resource_type=2, resource_name=topic,
                                         configuration_keys=["retention.ms", "cleanup.policy"]),
-            Req.DescribeConfigsResource(resource_type=4, resource_name="",
+            # broker 1 itself: the cluster default ("") lists only the keys set there, as Kafka
+            Req.DescribeConfigsResource(resource_type=4, resource_name="1",
                                         configuration_keys=["log.dirs", "num.partitions"])])
     topic_result, broker_result = response.results
     assert (topic_result.error_code, topic_result.resource_type, topic_result.resource_name) == (
