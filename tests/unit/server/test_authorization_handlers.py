@@ -10,7 +10,6 @@ super user; alice holds the ACLs below, carol a little on the cluster, bob nothi
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,12 +18,9 @@ from typing import Any
 
 import pytest
 
-from kafka_ext.client.probe import api_versions_request
 from kafka_ext.controller.quorum_controller import TopicCreation
-from kafka_ext.network.connection import KafkaConnection
 from kafka_ext.protocol.api_keys import CLIENT_SOFTWARE_NAME, ApiKey
 from kafka_ext.protocol.errors import ErrorCode
-from kafka_ext.protocol.framing import decode_response, encode_request
 from kafka_ext.protocol.messages import registry
 from kafka_ext.security.acl import (
     CLUSTER_NAME,
@@ -38,6 +34,7 @@ from kafka_ext.security.acl import (
 from kafka_ext.security.principal import KafkaPrincipal
 from kafka_ext.server.broker import Broker
 from kafka_ext.server.config import build_config
+from tests.unit.server.test_diskless_handlers import _call as call_as
 
 _reg = registry()
 OMITTED = -(2**31)  # KIP-430: authorized operations not asked for
@@ -98,19 +95,8 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
 async def _call(broker: Broker, user: str, api_key: int, version: int, **fields: Any) -> Any:
     """One request from `user` on a fresh connection (our own client's, so the extension
     APIs are served too)."""
-    conn = KafkaConnection(broker.dispatcher.handle_frame, 1 << 20, lambda c: None)
-    conn.security.principal = KafkaPrincipal("User", user)
-    await broker.dispatcher.handle_frame(conn, encode_request(
-        ApiKey.API_VERSIONS, 3, 6, "unit-test", api_versions_request(CLIENT_SOFTWARE_NAME))[4:])
-    body = _reg.requests[api_key].cls(**fields)
-    parts = await broker.dispatcher.handle_frame(
-        conn, encode_request(api_key, version, 7, "unit-test", body)[4:])
-    assert parts is not None
-    data = b"".join(bytes(p) for p in parts)
-    assert struct.unpack_from(">i", data)[0] == len(data) - 4
-    correlation_id, response = decode_response(data[4:], api_key, version)
-    assert correlation_id == 7
-    return response
+    return await call_as(broker, api_key, version, _reg.requests[api_key].cls(**fields),
+                         CLIENT_SOFTWARE_NAME, KafkaPrincipal("User", user))
 
 
 def _cls(api_key: int) -> Any:

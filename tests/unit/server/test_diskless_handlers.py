@@ -32,6 +32,7 @@ from kafka_ext.protocol.api_keys import CLIENT_SOFTWARE_NAME, NODE_SOFTWARE_NAME
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.framing import decode_response, encode_request
 from kafka_ext.protocol.messages import registry
+from kafka_ext.security.principal import KafkaPrincipal
 from kafka_ext.server.auto_topic_creation import AutoTopicCreationManager
 from kafka_ext.server.broker import Broker
 from kafka_ext.server.config import build_config
@@ -62,10 +63,13 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
 
 
 async def _call(broker: Broker, api_key: int, version: int, body: Any,
-                software_name: str = NODE_SOFTWARE_NAME) -> Any:
+                software_name: str = NODE_SOFTWARE_NAME,
+                principal: KafkaPrincipal | None = None) -> Any:
     """One request on a fresh connection that named itself `software_name` (a node: the
-    diskless APIs are inter-node ones) in ApiVersions v3 first."""
+    diskless APIs are inter-node ones) in ApiVersions v3 first; as `principal` if given."""
     conn = KafkaConnection(broker.dispatcher.handle_frame, 1 << 20, lambda c: None)
+    if principal is not None:
+        conn.security.principal = principal
     await broker.dispatcher.handle_frame(conn, encode_request(
         ApiKey.API_VERSIONS, 3, 6, "unit-test", api_versions_request(software_name))[4:])
     parts = await broker.dispatcher.handle_frame(
