@@ -3,7 +3,8 @@
 Coordinator `c` is the leader of `__diskless_metadata` partition `c`. A call is split by
 coordinator and each part goes to that coordinator's leader: in-process when this broker leads
 it, else the same API over the wire (DisklessCommitFile, FindBatches, ListOffsets, DeleteRecords,
-CreatePartitions, DeleteTopics, DescribeFiles). Entries answered NOT_COORDINATOR, loading, not
+CreatePartitions, DeleteTopics, DescribeFiles, and Kafka's DescribeProducers for the producer
+state of a diskless partition). Entries answered NOT_COORDINATOR, loading, not
 available or timed out, and parts whose leader could not be reached, are sent again to the
 leader the metadata names then, with backoff, until the call's deadline.
 
@@ -60,6 +61,8 @@ _DeleteTopics = _reg["DisklessDeleteTopicsRequest"].cls
 _DeleteTopicsResponse = _reg["DisklessDeleteTopicsResponse"].cls
 _DescribeFiles = _reg["DisklessDescribeFilesRequest"].cls
 _DescribeFilesResponse = _reg["DisklessDescribeFilesResponse"].cls
+_DescribeProducers = _reg["DescribeProducersRequest"].cls
+_DescribeProducersResponse = _reg["DescribeProducersResponse"].cls
 
 # The DisklessCoordinator method serving each API in-process.
 _METHODS = {
@@ -70,6 +73,7 @@ _METHODS = {
     ApiKey.DISKLESS_CREATE_PARTITIONS: "create_partitions",
     ApiKey.DISKLESS_DELETE_TOPICS: "delete_topics",
     ApiKey.DISKLESS_DESCRIBE_FILES: "describe_files",
+    ApiKey.DESCRIBE_PRODUCERS: "describe_producers",
 }
 
 
@@ -214,7 +218,7 @@ class CoordinatorClient:
             ApiKey.DISKLESS_FIND_BATCHES, request,
             lambda topics: _Find(fetch_max_bytes=request.fetch_max_bytes,
                                  max_batches_per_partition=request.max_batches_per_partition,
-                                 topics=topics),
+                                 topics=topics, isolation_level=request.isolation_level),
             Resp.DisklessFindBatchesTopicResponse,
             lambda p, code, _message: Resp.DisklessFindBatchesPartitionResponse(
                 partition_index=p.partition_index, error_code=int(code), log_start_offset=-1,
@@ -223,7 +227,8 @@ class CoordinatorClient:
     async def list_offsets(self, request: Any) -> Any:
         Resp = _ListOffsetsResponse
         return Resp(topics=await self._per_partition(
-            ApiKey.DISKLESS_LIST_OFFSETS, request, lambda topics: _ListOffsets(topics=topics),
+            ApiKey.DISKLESS_LIST_OFFSETS, request,
+            lambda topics: _ListOffsets(topics=topics, isolation_level=request.isolation_level),
             Resp.DisklessListOffsetsTopicResponse,
             lambda p, code, message: Resp.DisklessListOffsetsPartitionResponse(
                 partition_index=p.partition_index, error_code=int(code),
@@ -237,6 +242,21 @@ class CoordinatorClient:
             lambda p, code, message: Resp.DisklessDeleteRecordsPartitionResult(
                 partition_index=p.partition_index, error_code=int(code), low_watermark=-1,
                 error_message=message)))
+
+    async def describe_producers(self, topic: str, topic_id: Any, partition: int) -> Any:
+        """DescribeProducers of one diskless partition, answered by its coordinator's leader:
+        the partition's PartitionResponse."""
+        Resp = _DescribeProducersResponse
+        [answer] = await self._routed(
+            ApiKey.DESCRIBE_PRODUCERS, [partition], lambda p: self.coordinator_of(topic_id, p),
+            lambda group, _cid: _DescribeProducers(topics=[_DescribeProducers.TopicRequest(
+                name=topic, partition_indexes=group)]),
+            lambda response: [p for t in response.topics for p in t.partitions],
+            lambda r: r.error_code,
+            lambda p, code, message: Resp.PartitionResponse(
+                partition_index=p, error_code=int(code), error_message=message,
+                active_producers=[]))
+        return answer
 
     async def create_partitions(self, request: Any) -> Any:
         """Register each topic's partitions with every coordinator that owns some of them;

@@ -7,16 +7,21 @@ gateways about as many coordinators as any other. Two tie-breaks lower the commi
 further: a coordinator's own broker gateways it in its rack (that commit is not a network call),
 and coordinators that share a broker share gateways in the other racks (KIP-1164's co-location
 mirroring). Pure: Metadata (server/metadata.py) calls it with the live brokers and the leaders
-of `__diskless_metadata`.
+of `__diskless_metadata`, then lists the gateways in the client's rack first (`rack_first`).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 
 # (node id, rack); brokers without a rack form one rack of their own.
 BrokerRack = tuple[int, str | None]
+# Inkless's convention for clients that send no rack (producers): `diskless_az=<rack>` anywhere
+# in the client.id, after a non-word character or at the start ("app-1,diskless_az=rack-b").
+# The rack runs to the next separator.
+_CLIENT_ID_RACK = re.compile(r"(?<!\w)diskless_az=([^\s,;&|=()\[\]{}<>\"']+)")
 
 
 def gateways_per_rack(n_brokers: int, n_coordinators: int, n_racks: int) -> int:
@@ -97,3 +102,20 @@ def _rack_gateways(nodes: Sequence[int], coordinators: Sequence[int], leader_of:
             load[node] += 1
             siblings.add(node)
     return picked
+
+
+def client_id_rack(client_id: str | None) -> str | None:
+    """The rack a client.id names with a `diskless_az=` marker (the first one), else None."""
+    found = _CLIENT_ID_RACK.search(client_id) if client_id else None
+    return found.group(1) if found else None
+
+
+def rack_first(gateways: Sequence[int], rack_of: Mapping[int, str | None],
+               rack: str) -> list[int]:
+    """`gateways` with those in `rack` first, each part keeping its order (so the coordinator's
+    own broker leads its rack's part); in their order when none is in `rack`."""
+    near = [g for g in gateways if rack_of.get(g) == rack]
+    if not near:
+        return list(gateways)
+    return near + [g for g in gateways if rack_of.get(g) != rack]
+

@@ -2,9 +2,12 @@
 object store and the Diskless coordinators (KIP-1150/1163/1164, docs/diskless.md).
 
 Produce validates a batch by its header (as the classic path does) and hands it to the WAL
-writer, which answers once the object is uploaded and committed. Fetch asks the coordinators
-for the batches at the fetch offsets (DisklessFindBatches) and reads them through the object
-cache; ListOffsets and DeleteRecords go to the coordinators. An image listener tells the
+writer, which answers once the object is uploaded and committed. Transaction markers go the
+same way: a control batch in a WAL object, which its coordinator checks against the producer's
+epochs and uses to close the transaction (docs/diskless.md, "Transactions"). Fetch asks the
+coordinators for the batches at the fetch offsets (DisklessFindBatches; READ_COMMITTED up to the
+last stable offset, with the aborted transactions) and reads them through the object cache;
+ListOffsets, DeleteRecords and DescribeProducers go to the coordinators. An image listener tells the
 coordinators about diskless partitions created and topics deleted (DisklessCreatePartitions,
 DisklessDeleteTopics), and a periodic task runs the orphan scanner on the one broker that leads
 coordinator 0. Coordinator calls go through the CoordinatorClient: method calls for the
@@ -31,7 +34,12 @@ from kafka_ext.diskless.wal_writer import AppendResult, WalWriter, client_error_
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.record_batch import TimestampType, validate_batches
-from kafka_ext.protocol.records import decode_records
+from kafka_ext.protocol.records import (
+    READ_COMMITTED,
+    ControlRecordType,
+    build_end_txn_marker,
+    decode_records,
+)
 from kafka_ext.storage.log_validator import TimestampBounds, validate_batch_records
 
 log = logging.getLogger(__name__)
@@ -61,6 +69,9 @@ class DisklessFetchResult:
     log_start_offset: int = -1
     records: list[Any] | None = None
     size_bytes: int = 0
+    last_stable_offset: int = -1
+    # READ_COMMITTED: (producer id, first offset) of the aborted transactions in `records`.
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 class DisklessService:
@@ -133,9 +144,6 @@ class DisklessService:
             raise KafkaError(ErrorCode.INVALID_RECORD, "Produce requests with version 3 and "
                              "above must contain exactly one record batch per partition")
         header = batches[0][1]
-        if header.is_transactional:
-            raise KafkaError(ErrorCode.INVALID_REQUEST,
-                             "transactions are not supported on diskless topics yet")
         config = self.broker.log_config_for(topic)
         if header.size_bytes > config.max_message_bytes:
             raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
@@ -151,13 +159,31 @@ class DisklessService:
 
     # -- fetch -------------------------------------------------------------------------------
 
+    async def write_marker(self, topic: str, partition: int, producer_id: int,
+                           producer_epoch: int, coordinator_epoch: int, committed: bool) -> int:
+        """WriteTxnMarkers for a diskless partition, on whichever broker is asked: the control
+        batch goes through the WAL like a produced batch and its coordinator closes the
+        producer's transaction. Returns the marker's offset; raises the coordinator's error
+        (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, ...)."""
+        control_type = ControlRecordType.COMMIT if committed else ControlRecordType.ABORT
+        marker = build_end_txn_marker(control_type, producer_id=producer_id,
+                                      producer_epoch=producer_epoch,
+                                      coordinator_epoch=coordinator_epoch,
+                                      timestamp_ms=int(time.time() * 1000))
+        result = await self.writer.append(self.topic_id(topic), partition, memoryview(marker),
+                                          control_type=int(control_type),
+                                          coordinator_epoch=coordinator_epoch)
+        return result.base_offset
+
     async def fetch(self, requests: list[tuple[str, int, int, int]], max_bytes: int, *,
-                    first: bool = True) -> list[DisklessFetchResult]:
+                    first: bool = True, isolation_level: int = 0) -> list[DisklessFetchResult]:
         """Read (topic, partition, fetch offset, partition max bytes) tuples within max_bytes.
 
         One FindBatches call covers every partition; the first partition with data may exceed
         the budgets by one batch, as Kafka's fetch does, so a large batch never blocks;
         `first` says whether the response has no data yet from classic partitions.
+        READ_COMMITTED reads up to the last stable offset and lists the aborted transactions
+        among the batches read.
         """
         image = self.broker.controller.image
         topics: dict[uuid.UUID, Any] = {}
@@ -179,7 +205,7 @@ class DisklessService:
                     for _ in requests]
         response = await self.client.find_batches(_FindBatches(
             fetch_max_bytes=max_bytes, max_batches_per_partition=MAX_BATCHES_PER_PARTITION,
-            topics=list(topics.values())))
+            topics=list(topics.values()), isolation_level=isolation_level))
         found: dict[tuple[uuid.UUID, int], Any] = {
             (t.topic_id, p.partition_index): p for t in response.topics for p in t.partitions}
         await self._prefetch(found.values())
@@ -193,7 +219,10 @@ class DisklessService:
                 continue
             result = DisklessFetchResult(
                 int(client_error_code(answer.error_code)) if answer.error_code else 0,
-                answer.high_watermark, answer.log_start_offset, [])
+                answer.high_watermark, answer.log_start_offset, [],
+                last_stable_offset=answer.last_stable_offset)
+            if isolation_level == READ_COMMITTED:
+                result.aborted_transactions = []
             results.append(result)
             if answer.error_code or not answer.batches:
                 continue
@@ -212,6 +241,11 @@ class DisklessService:
                 continue
             result.size_bytes = sum(b.byte_size for b in chosen)
             total += result.size_bytes
+            if result.aborted_transactions is not None:
+                read_end = chosen[-1].last_offset
+                result.aborted_transactions = [(t.producer_id, t.first_offset)
+                                               for t in answer.aborted_transactions
+                                               if t.first_offset <= read_end]
         return results
 
     async def _prefetch(self, answers: Iterable[Any]) -> None:
@@ -224,12 +258,15 @@ class DisklessService:
 
     # -- offsets and deletion ----------------------------------------------------------------
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
-        """(offset, timestamp) for one ListOffsets query, strictly after every earlier write."""
+    async def list_offset(self, topic: str, partition: int, timestamp: int,
+                          isolation_level: int = 0) -> tuple[int, int]:
+        """(offset, timestamp) for one ListOffsets query, strictly after every earlier write;
+        READ_COMMITTED's latest offset is the last stable offset."""
         request = _ListOffsets(topics=[_ListOffsets.DisklessListOffsetsTopic(
             topic_id=self.topic_id(topic), partitions=[
                 _ListOffsets.DisklessListOffsetsPartition(partition_index=partition,
-                                                          timestamp=timestamp)])])
+                                                          timestamp=timestamp)])],
+            isolation_level=isolation_level)
         response = await self.client.list_offsets(request)
         answer = response.topics[0].partitions[0]
         if answer.error_code:
@@ -239,6 +276,10 @@ class DisklessService:
         if answer.offset < 0 or not by_record_time:
             return answer.offset, answer.timestamp
         return await self._record_offset(topic, partition, answer.offset, timestamp)
+
+    async def describe_producers(self, topic: str, partition: int) -> Any:
+        """DescribeProducers' PartitionResponse for a diskless partition, from its coordinator."""
+        return await self.client.describe_producers(topic, self.topic_id(topic), partition)
 
     async def _record_offset(self, topic: str, partition: int, batch_offset: int,
                              timestamp: int) -> tuple[int, int]:

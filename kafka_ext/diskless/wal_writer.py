@@ -90,6 +90,8 @@ class _Entry:
     byte_offset: int
     size_bytes: int
     future: asyncio.Future[AppendResult]
+    control_type: int = -1  # a transaction marker's type (0 ABORT, 1 COMMIT), else -1
+    coordinator_epoch: int = -1  # a marker's transaction coordinator epoch
 
 
 @dataclass(slots=True)
@@ -152,8 +154,11 @@ class WalWriter:
         """Bytes buffered or uploading: what backpressure bounds."""
         return self._pending_bytes
 
-    async def append(self, topic_id: uuid.UUID, partition: int, batch: memoryview) -> AppendResult:
+    async def append(self, topic_id: uuid.UUID, partition: int, batch: memoryview, *,
+                     control_type: int = -1, coordinator_epoch: int = -1) -> AppendResult:
         """Add one validated v2 batch; return its offsets once its coordinator committed it.
+        A transaction marker (control batch) names its type and coordinator epoch, which the
+        coordinator checks and records.
 
         Raises KafkaError: the coordinator's error for this batch (coordinator moves become
         NOT_LEADER_OR_FOLLOWER), KAFKA_STORAGE_ERROR when the upload failed.
@@ -186,6 +191,8 @@ class WalWriter:
                 wal_object.size_bytes,
                 size_bytes,
                 future,
+                control_type,
+                coordinator_epoch,
             )
         )
         wal_object.views.append(batch[:size_bytes])
@@ -436,6 +443,9 @@ def _commit_batch(request_id: int, entry: _Entry) -> Any:
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
         last_sequence=header.last_sequence,
+        is_transactional=header.is_transactional,
+        control_type=entry.control_type,
+        coordinator_epoch=entry.coordinator_epoch,
     )
 
 

@@ -59,6 +59,10 @@ _CONTROL_KEY_VERSION = 0
 _END_TXN_MARKER_VERSION = 0
 
 
+# The IsolationLevel of Fetch (v4+), ListOffsets (v2+) and DisklessFindBatches.
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+
+
 class ControlRecordType(IntEnum):
     """The type in a control record's key (Kafka's ControlRecordType)."""
 

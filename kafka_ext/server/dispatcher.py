@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kafka_ext.diskless.gateways import client_id_rack
 from kafka_ext.network.connection import CloseConnection, KafkaConnection
 from kafka_ext.protocol.api_keys import ApiKey, Audience, audience
 from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError
@@ -57,6 +58,8 @@ CLUSTER_ACTION_APIS = frozenset(
 
 # KafkaConnection.state key: the peer's Audience, set by its ApiVersions v3+ request.
 PEER_AUDIENCE = "peer_audience"
+# KafkaConnection.state key: the RackId a consumer's Fetch (v11+) named on this connection.
+CLIENT_RACK = "client_rack"
 
 
 def peer_audience_of(conn: KafkaConnection) -> Audience:
@@ -86,6 +89,16 @@ class RequestContext:
     @property
     def client_id(self) -> str | None:
         return self.header.client_id
+
+    @property
+    def client_rack(self) -> str | None:
+        """The client's rack: a `diskless_az=` marker in its client id, else the RackId its
+        Fetch named on this connection (not a forwarding node's); None when unknown."""
+        marked = client_id_rack(self.client_id)
+        if marked is not None or self.forwarded:
+            return marked
+        rack: str | None = self.connection.state.get(CLIENT_RACK)
+        return rack
 
     @property
     def listener_name(self) -> str:

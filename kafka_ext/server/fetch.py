@@ -33,11 +33,12 @@ from kafka_ext.protocol.compiler import ZERO_UUID
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.legacy_records import MAGIC_V0, MAGIC_V1, down_convert
 from kafka_ext.protocol.messages import registry
+from kafka_ext.protocol.records import READ_COMMITTED
 from kafka_ext.security.acl import AclOperation
 from kafka_ext.server.authorization import authorized_topics, cluster_authorized
 from kafka_ext.server.client_quota_manager import client_of, now_ms
 from kafka_ext.server.config import RACK_AWARE_SELECTOR
-from kafka_ext.server.dispatcher import RequestContext
+from kafka_ext.server.dispatcher import CLIENT_RACK, RequestContext
 from kafka_ext.server.fetch_session import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -55,7 +56,6 @@ _AbortedTransaction = _Response.AbortedTransaction
 TOPIC_IDS_VERSION = 13
 FETCH_FROM_FOLLOWER_VERSION = 11  # KIP-392: RackId, PreferredReadReplica
 REPLICA_STATE_VERSION = 15  # the follower's id moved into ReplicaState (KIP-903)
-READ_COMMITTED = 1
 RELAY_FETCH_VERSION = 16  # a broker relaying a consumer's read of an inactive chunk
 RELAY_TIMEOUT_S = 10.0
 MESSAGE_FORMAT_V1_BELOW_VERSION = 4  # Fetch v2-3 read magic 1 messages
@@ -84,6 +84,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
                   else request.replica_id)
     if replica_id >= 0:
         return await _handle_replica_fetch(ctx, request, replica_id, uses_ids)
+    if ctx.api_version >= FETCH_FROM_FOLLOWER_VERSION and request.rack_id:
+        # Metadata on this connection lists diskless gateways in this rack first.
+        ctx.connection.state[CLIENT_RACK] = request.rack_id
     try:
         session, targets, incremental = _resolve(ctx, request, uses_ids)
     except KafkaError as exc:
@@ -708,24 +711,27 @@ def _read_all(broker: Any, request: Any, targets: list[_Target], diskless: set[i
 async def _read_diskless(broker: Any, request: Any, targets: list[_Target], results: list[Any],
                          diskless: set[int], classic_bytes: int) -> tuple[int, bool]:
     """Fill the diskless targets' entries from the object store (DisklessService.fetch); the
-    classic partitions already read count against max_bytes. Diskless topics have no
-    transactions, so the last stable offset is the high watermark."""
+    classic partitions already read count against max_bytes. The coordinators keep each
+    partition's last stable offset and aborted transactions, as a classic log does."""
     order = sorted(diskless)
     reads = [(targets[i].topic, targets[i].partition, targets[i].cached.fetch_offset,
               targets[i].cached.max_bytes) for i in order]
     answers = await broker.diskless.fetch(reads, max(request.max_bytes - classic_bytes, 0),
-                                          first=classic_bytes == 0)
+                                          first=classic_bytes == 0,
+                                          isolation_level=request.isolation_level)
     total = 0
     has_error = False
     for index, answer in zip(order, answers, strict=True):
         data = results[index]
         data.error_code = answer.error_code
         data.high_watermark = answer.high_watermark
-        data.last_stable_offset = answer.high_watermark
+        data.last_stable_offset = answer.last_stable_offset
         data.log_start_offset = answer.log_start_offset
         data.records = answer.records or []
         if request.isolation_level == READ_COMMITTED:
-            data.aborted_transactions = []
+            data.aborted_transactions = [
+                _AbortedTransaction(producer_id=producer_id, first_offset=first_offset)
+                for producer_id, first_offset in answer.aborted_transactions or ()]
         has_error = has_error or answer.error_code != 0
         total += answer.size_bytes
     return total, has_error

@@ -15,6 +15,7 @@ from typing import Any
 from kafka_ext.protocol.api_keys import ApiKey, Audience
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
+from kafka_ext.protocol.records import READ_COMMITTED
 from kafka_ext.security.acl import AclOperation
 from kafka_ext.server.authorization import authorized_topics, cluster_authorized
 from kafka_ext.server.dispatcher import RequestContext, peer_audience_of
@@ -27,7 +28,6 @@ from kafka_ext.storage.log import (
 )
 
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -5  # the others (-1 to -4) are the log's to resolve
-READ_COMMITTED = 1  # ListOffsets isolation_level (v2+)
 CONSUMER_REPLICA_ID = -1  # ListOffsets replica_id of a consumer (not a follower or a debug tool)
 RELAY_LIST_OFFSETS_VERSION = 7  # a broker asking a chunk's replica (seed 000)
 # The first version that knows each special timestamp; below it, or for any other negative
@@ -65,7 +65,8 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                     continue
                 if ctx.broker.diskless.is_diskless(topic.name, p.partition_index):
                     result.offset, result.timestamp, result.leader_epoch = await _lookup_diskless(
-                        ctx.broker, topic.name, p.partition_index, p.timestamp)
+                        ctx.broker, topic.name, p.partition_index, p.timestamp,
+                        request.isolation_level)
                     continue
                 if p.timestamp >= 0 and ctx.api_version >= 1:  # inactive chunks first
                     found = await _lookup_in_chunks(ctx, topic.name, p.partition_index,
@@ -192,14 +193,15 @@ async def _lookup_v0(broker: Any, topic: str, partition: int, timestamp: int,
     return offsets
 
 
-async def _lookup_diskless(broker: Any, topic: str, partition: int,
-                           timestamp: int) -> tuple[int, int, int]:
+async def _lookup_diskless(broker: Any, topic: str, partition: int, timestamp: int,
+                           isolation_level: int = 0) -> tuple[int, int, int]:
     """ListOffsets of a diskless partition: DisklessListOffsets at its coordinator (strictly
-    consistent). No tiered storage and no transactions: -5 finds nothing, read_committed is
-    the high watermark. The leader epoch is the partition's, which never changes."""
+    consistent; read_committed's latest is the last stable offset). No tiered storage: -5
+    finds nothing. The leader epoch is the partition's, which never changes."""
     if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
         return -1, -1, -1
-    offset, found_timestamp = await broker.diskless.list_offset(topic, partition, timestamp)
+    offset, found_timestamp = await broker.diskless.list_offset(topic, partition, timestamp,
+                                                                isolation_level)
     part = broker.controller.image.topics_by_name[topic].partitions[partition]
     return offset, found_timestamp, part.leader_epoch if offset >= 0 else -1
 

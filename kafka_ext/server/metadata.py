@@ -8,6 +8,8 @@ partitions; the client's next Metadata request finds the topic (server/auto_topi
 `__cluster_metadata` is never listed. Partitions of diskless topics (v9+)
 carry the tagged PreferredProduceBrokers: the produce gateways of their coordinator
 (kafka_ext/diskless/gateways.py), or every live broker before `__diskless_metadata` exists.
+When the client's rack is known (RequestContext.client_rack), that rack's gateways come first,
+so its leader is a broker of its rack.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from kafka_ext.controller.image import ChunkImage, MetadataImage, TopicImage
 from kafka_ext.controller.quorum_controller import DISKLESS_METADATA_TOPIC, check_topic_name
-from kafka_ext.diskless.gateways import produce_gateways
+from kafka_ext.diskless.gateways import produce_gateways, rack_first
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -46,7 +48,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     all_topics = wanted is None or (ctx.api_version == 0 and not wanted)
     topics: list[Any] = []
     nodes = broker.live_nodes(ctx.listener_name)
-    gateways = _Gateways(image, nodes)
+    gateways = _Gateways(image, nodes, ctx.client_rack)
     guarded = broker.authorizer is not None
     if all_topics:
         # ACLs: every topic the principal may DESCRIBE, the others silently left out.
@@ -95,16 +97,29 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
 
 
 class _Gateways:
-    """The produce gateways of each diskless coordinator, computed on first need per request."""
+    """The produce gateways of each diskless coordinator, those in the client's `rack` first;
+    each computed once per request, on first need."""
 
-    __slots__ = ("_image", "_nodes", "_by_coordinator")
+    __slots__ = ("_image", "_nodes", "_rack", "_rack_of", "_by_coordinator", "_ordered")
 
-    def __init__(self, image: MetadataImage, nodes: list[Any]) -> None:
+    def __init__(self, image: MetadataImage, nodes: list[Any], rack: str | None) -> None:
         self._image = image
         self._nodes = nodes
+        self._rack = rack
+        self._rack_of = {n.node_id: n.rack for n in nodes} if rack is not None else {}
         self._by_coordinator: dict[int, list[int]] | None = None
+        self._ordered: dict[int, list[int]] = {}
 
     def of(self, coordinator: int) -> list[int]:
+        ordered = self._ordered.get(coordinator)
+        if ordered is None:
+            ordered = self._gateways(coordinator)
+            if self._rack is not None:
+                ordered = rack_first(ordered, self._rack_of, self._rack)
+            self._ordered[coordinator] = ordered
+        return ordered
+
+    def _gateways(self, coordinator: int) -> list[int]:
         if self._by_coordinator is None:
             metadata_topic = self._image.topics_by_name.get(DISKLESS_METADATA_TOPIC)
             leaders = ({} if metadata_topic is None else

@@ -1,4 +1,5 @@
-"""DescribeProducers (61, v0): the active producers of partitions this broker leads (KIP-664).
+"""DescribeProducers (61, v0): the active producers of partitions this broker leads (KIP-664),
+and of diskless partitions on any broker (their Diskless coordinator answers).
 
 Each partition answers on its own: UNKNOWN_TOPIC_OR_PARTITION when not hosted here,
 NOT_LEADER_OR_FOLLOWER when hosted as a follower, else one entry per producer id the
@@ -35,6 +36,11 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
                 if topic.name not in readable:
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                      "Topic authorization failed.")
+                if ctx.broker.diskless.is_diskless(topic.name, index):
+                    # Any broker answers for a diskless partition: its coordinator knows.
+                    partitions.append(await ctx.broker.diskless.describe_producers(topic.name,
+                                                                                   index))
+                    continue
                 hosted = replicas.leader_partition(topic.name, index)
             except KafkaError as exc:
                 partitions.append(_PartitionResponse(

@@ -1,6 +1,8 @@
 """Diskless topics on three nodes (issue 19): any broker takes produce for any diskless
 partition and commits to the partition's coordinator over the wire; the coordinators live on
 the leaders of the replicated `__diskless_metadata` partitions and fail over with them.
+The nodes are in three racks: Metadata names a client whose rack it knows (a `diskless_az=`
+marker in its client.id, or its Fetch's RackId) a gateway of that rack as the leader.
 
 The checker: every acknowledged batch is read back exactly once, at the offset its answer gave,
 and each partition's offsets are dense from 0.
@@ -27,13 +29,17 @@ from tests.cluster.test_replication import REPLICATION, partition_state
 
 TOPIC = "events"
 PARTITIONS = 2
+RACK_TOPIC = "rack-events"
+RACKS = {1: "rack-a", 2: "rack-b", 3: "rack-c"}
 _Produce = registry().requests[ApiKey.PRODUCE].cls
+_Fetch = registry().requests[ApiKey.FETCH].cls
+_Metadata = registry().requests[ApiKey.METADATA].cls
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("diskless-cluster")
-    made = Cluster(root, combined=3, extra={
+    made = Cluster(root, combined=3, racks=RACKS, extra={
         **REPLICATION, "diskless.storage.url": f"file://{root / 'objects'}",
         "diskless.metadata.topic.num.partitions": "1",  # one coordinator: all partitions
         "diskless.metadata.topic.replication.factor": "3", "diskless.wal.max.ms": "20"})
@@ -44,11 +50,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         pytest.fail("\n\n".join(problems))
 
 
-def _produce(node: Node, partition: int, value: bytes) -> tuple[int, int]:
+def _produce(node: Node, partition: int, value: bytes, topic: str = TOPIC) -> tuple[int, int]:
     """One acks=all batch of one record straight to `node`: (error code, base offset)."""
     batch = build_batch([Record(0, int(time.time() * 1000), None, value)])
     request = _Produce(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
-        _Produce.TopicProduceData(name=TOPIC, partition_data=[
+        _Produce.TopicProduceData(name=topic, partition_data=[
             _Produce.TopicProduceData.PartitionProduceData(index=partition, records=batch)])])
     with socket.create_connection(("127.0.0.1", node.client_port), timeout=40) as sock:
         answer = round_trip(sock, ApiKey.PRODUCE, 9, request)
@@ -70,14 +76,67 @@ def _read(node: Node, expected: dict[int, int]) -> dict[int, list[tuple[int, byt
     return seen
 
 
+def create_diskless_topic(nodes: list[Node], name: str, partitions: int) -> None:
+    """Create a diskless topic and wait until every broker's metadata has it."""
+    admin = AdminClient({"bootstrap.servers": nodes[0].bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1, config={"diskless.enable": "true"})],
+                        operation_timeout=30)[name].result(30)
+    wait_until(lambda: all(name in AdminClient({"bootstrap.servers": n.bootstrap})
+                           .list_topics(timeout=5).topics for n in nodes), 20,
+               f"{name} on every broker")
+
+
+def _gateway_order(node: Node, client_id: str) -> dict[int, tuple[int, list[int]]]:
+    """partition -> (leader, replicas) of RACK_TOPIC, as a stock client named `client_id`
+    hears them from `node`."""
+    admin = AdminClient({"bootstrap.servers": node.bootstrap, "client.id": client_id})
+    topic = admin.list_topics(RACK_TOPIC, timeout=10).topics[RACK_TOPIC]
+    return {p: (part.leader, list(part.replicas)) for p, part in topic.partitions.items()}
+
+
+def _leaders_after_fetch(node: Node, rack: str) -> list[int]:
+    """RACK_TOPIC's leaders in a Metadata answer on the connection a Fetch named `rack` on."""
+    fetch = _Fetch(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                   isolation_level=0, session_id=0, session_epoch=-1, topics=[],
+                   forgotten_topics_data=[], rack_id=rack)
+    metadata = _Metadata(topics=[_Metadata.MetadataRequestTopic(name=RACK_TOPIC)],
+                         allow_auto_topic_creation=False)
+    with socket.create_connection(("127.0.0.1", node.client_port), timeout=10) as sock:
+        assert round_trip(sock, ApiKey.FETCH, 12, fetch, 1, "consumer").error_code == 0
+        answer = round_trip(sock, ApiKey.METADATA, 12, metadata, 2, "consumer")
+    return [p.leader_id for p in sorted(answer.topics[0].partitions,
+                                        key=lambda p: p.partition_index)]
+
+
+def test_metadata_leads_a_client_to_a_produce_gateway_of_its_rack(cluster: Cluster) -> None:
+    nodes = cluster.brokers
+    admin = AdminClient({"bootstrap.servers": nodes[0].bootstrap})
+    admin.create_topics([NewTopic(RACK_TOPIC, PARTITIONS, 1, config={"diskless.enable": "true"})],
+                        operation_timeout=30)[RACK_TOPIC].result(30)
+    wait_until(lambda: all(len(_gateway_order(n, "probe")) == PARTITIONS for n in nodes), 20,
+               "the topic on every broker")
+    wait_until(lambda: partition_state(nodes[0], "__diskless_metadata").get(0, (-1,))[0] >= 0,
+               20, "a coordinator leader")
+    coordinator = partition_state(nodes[0], "__diskless_metadata")[0][0]
+    # Three brokers, one coordinator, three racks: one gateway per rack, so all three, the
+    # coordinator's own broker first.
+    everyone = [coordinator] + sorted(n for n in RACKS if n != coordinator)
+    for node in nodes:
+        assert _gateway_order(node, "app-1") == dict.fromkeys(range(PARTITIONS),
+                                                              (coordinator, everyone))
+    for node_id, rack in RACKS.items():
+        in_rack_first = [node_id] + [n for n in everyone if n != node_id]
+        for node in nodes:  # whichever broker answers
+            assert _gateway_order(node, f"app-1,diskless_az={rack}") == dict.fromkeys(
+                range(PARTITIONS), (node_id, in_rack_first)), (rack, node.node_id)
+        assert _leaders_after_fetch(nodes[0], rack) == [node_id] * PARTITIONS
+    assert _gateway_order(nodes[0], "app-1,diskless_az=rack-z")[0] == (coordinator, everyone)
+
+
 def test_every_broker_takes_produce_and_a_coordinator_failover_loses_nothing(
         cluster: Cluster) -> None:
     nodes = cluster.brokers
-    admin = AdminClient({"bootstrap.servers": nodes[0].bootstrap})
-    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config={"diskless.enable": "true"})],
-                        operation_timeout=30)[TOPIC].result(30)
-    wait_until(lambda: all(TOPIC in AdminClient({"bootstrap.servers": n.bootstrap})
-                           .list_topics(timeout=5).topics for n in nodes), 20, "topic everywhere")
+    create_diskless_topic(nodes, TOPIC, PARTITIONS)
     acked: dict[tuple[int, bytes], int] = {}  # (partition, value) -> offset answered
     lock = threading.Lock()
 

@@ -15,6 +15,11 @@ application: retriable errors retry the call, abortable ones abort and rewind th
 committed offsets, and a fatal one recreates the producer (the test then fails: nothing should
 fence a lone producer).
 
+The same loop runs with `eos-out` a diskless topic (issue 19): its records go through every
+broker's WAL and its markers through the Diskless coordinator, which the first victim leads too
+(the transactional.id is chosen so), so that kill takes the transaction coordinator, the group
+coordinator and the diskless coordinator at once.
+
 Afterwards a checker reads `eos-out` without a group, under both isolation levels, and checks:
 every input record has exactly one committed output record, in input order per partition, each
 at the offset its delivery report gave; no record of an aborted transaction is visible under
@@ -75,6 +80,7 @@ CLUSTER_CONFIG = {
     "transaction.state.log.min.isr": "2",
     "transaction.state.log.num.partitions": str(INTERNAL_PARTITIONS),
 }
+DISKLESS_METADATA_TOPIC = "__diskless_metadata"
 
 # librdkafka looks the transaction coordinator up again only after a failed request to the old
 # one, paced by its reconnect backoff (up to 10 s by default): keep that below the failover.
@@ -98,19 +104,21 @@ def find_coordinator(node: Node, key: str, key_type: int, timeout_s: float = 30)
     raise AssertionError(f"no coordinator for {key!r} (key type {key_type}) in {timeout_s}s")
 
 
-def group_coordinated_by(node: Node, node_id: int) -> str:
-    """A group id whose `__consumer_offsets` partition `node_id` leads."""
-    find_coordinator(node, "eos-probe", GROUP_KEY)
+def key_coordinated_by(node: Node, node_id: int, key_type: int, prefix: str) -> str:
+    """A key (`prefix`-N) whose coordinator partition (`__consumer_offsets` for groups,
+    `__transaction_state` for transactional ids) `node_id` leads."""
+    topic = OFFSETS_TOPIC if key_type == GROUP_KEY else TXN_STATE_TOPIC
+    find_coordinator(node, "eos-probe", key_type)
     leaders: dict[int, int] = {}
 
     def every_partition_led() -> bool:
         leaders.update((p, leader) for p, (leader, _, isr) in
-                       partition_state(node, OFFSETS_TOPIC).items() if len(isr) == 3)
+                       partition_state(node, topic).items() if len(isr) == 3)
         return len(leaders) == INTERNAL_PARTITIONS
 
-    wait_until(every_partition_led, 20, f"every partition of {OFFSETS_TOPIC} in sync")
-    return next(group for group in (f"eos-copiers-{i}" for i in range(100))
-                if leaders[partition_for_key(group, INTERNAL_PARTITIONS)] == node_id)
+    wait_until(every_partition_led, 20, f"every partition of {topic} in sync")
+    return next(key for key in (f"{prefix}-{i}" for i in range(100))
+                if leaders[partition_for_key(key, INTERNAL_PARTITIONS)] == node_id)
 
 
 def output_value(value: bytes, serial: int) -> bytes:
@@ -152,6 +160,7 @@ class Copier:
 
     bootstrap: str
     group: str
+    transactional_id: str = TRANSACTIONAL_ID
     consumer: Any = None
     producer: Any = None
     serial: int = 0
@@ -169,7 +178,7 @@ class Copier:
 
     def _new_producer(self) -> Any:
         producer = confluent_kafka.Producer({
-            "bootstrap.servers": self.bootstrap, "transactional.id": TRANSACTIONAL_ID,
+            "bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
             "transaction.timeout.ms": 30000, "linger.ms": 2, **CLIENT_BACKOFF})
         _retry(lambda: producer.init_transactions(30), "init_transactions", self.errors)
         return producer
@@ -369,17 +378,33 @@ def load_inputs(node: Node) -> dict[int, list[bytes]]:
     return inputs
 
 
+@pytest.mark.parametrize("sink", ["classic", "diskless"])
 def test_exactly_once_copy_survives_kills_of_its_transaction_coordinator(
-        cluster_factory: Any) -> None:
-    cluster: Cluster = cluster_factory(combined=3, extra=CLUSTER_CONFIG)
+        cluster_factory: Any, tmp_path: Any, sink: str) -> None:
+    diskless = sink == "diskless"
+    extra = dict(CLUSTER_CONFIG)
+    if diskless:
+        extra |= {"diskless.storage.url": f"file://{tmp_path / 'objects'}",
+                  "diskless.metadata.topic.num.partitions": "1",
+                  "diskless.metadata.topic.replication.factor": "3",
+                  "diskless.wal.max.ms": "20"}
+    cluster: Cluster = cluster_factory(combined=3, extra=extra)
     n1, n2, _ = cluster.brokers
-    for topic in (SOURCE, SINK):
-        create_replicated_topic(n1, topic, PARTITIONS, 3)
-    wait_until(lambda: all(len(isr) == 3 for t in (SOURCE, SINK)
-                           for _, _, isr in partition_state(n2, t).values()),
-               20, "every partition has 3 in-sync replicas")
+    create_replicated_topic(n1, SOURCE, PARTITIONS, 3)
+    create_replicated_topic(n1, SINK, PARTITIONS, 3,
+                            {"diskless.enable": "true"} if diskless else None)
+    # The diskless coordinator's topic is created with the first diskless topic.
+    expected = {SOURCE: PARTITIONS, SINK: PARTITIONS, **({DISKLESS_METADATA_TOPIC: 1}
+                                                        if diskless else {})}
+    wait_until(lambda: all(
+        [len(isr) for _, _, isr in partition_state(n2, t).values()] == [3] * count
+        for t, count in expected.items()), 30, "every partition has 3 in-sync replicas")
     inputs = load_inputs(n1)
-    state_partition = partition_for_key(TRANSACTIONAL_ID, INTERNAL_PARTITIONS)
+    transactional_id = TRANSACTIONAL_ID
+    if diskless:  # the diskless coordinator's broker coordinates the transactions too
+        transactional_id = key_coordinated_by(
+            n1, partition_state(n1, DISKLESS_METADATA_TOPIC)[0][0], TRANSACTION_KEY, "eos-copier")
+    state_partition = partition_for_key(transactional_id, INTERNAL_PARTITIONS)
 
     def state_replicas() -> tuple[list[int], list[int]]:
         """(replicas, ISR) of the id's `__transaction_state` partition; the brokers' metadata
@@ -395,14 +420,14 @@ def test_exactly_once_copy_survives_kills_of_its_transaction_coordinator(
         replicas[:], isr = state_replicas()
         return len(isr) == 3
 
-    victim = cluster.nodes[find_coordinator(n1, TRANSACTIONAL_ID, TRANSACTION_KEY)]
+    victim = cluster.nodes[find_coordinator(n1, transactional_id, TRANSACTION_KEY)]
     wait_until(all_in_sync, 20, "the transaction state on every replica")
     # Replica order: the victim leads; the next in-sync replica takes over when it dies, and is
     # killed in turn.
     assert replicas[0] == victim.node_id
     successor = replicas[1]
     copier = Copier(",".join(n.bootstrap for n in cluster.brokers),
-                    group_coordinated_by(n1, victim.node_id))
+                    key_coordinated_by(n1, victim.node_id, GROUP_KEY, "eos-copiers"), transactional_id)
     total = PARTITIONS * RECORDS_PER_PARTITION
     deadline = time.monotonic() + LOOP_DEADLINE_S
     try:
@@ -423,7 +448,7 @@ def test_exactly_once_copy_survives_kills_of_its_transaction_coordinator(
             if copier.serial == KILL_AT:
                 kill = victim.kill
             elif copier.serial == SECOND_KILL_AT:
-                coordinator = find_coordinator(victim, TRANSACTIONAL_ID, TRANSACTION_KEY)
+                coordinator = find_coordinator(victim, transactional_id, TRANSACTION_KEY)
                 assert coordinator == successor, f"{coordinator} took over, not {successor}"
                 kill = cluster.nodes[successor].kill
             if copier.transact(records, abort=copier.serial in ABORT_ON_PURPOSE,
@@ -431,7 +456,7 @@ def test_exactly_once_copy_survives_kills_of_its_transaction_coordinator(
                 done += len(records)
             if kill is not None:
                 copier.replace_producer()  # see the module docstring (librdkafka #5511)
-        final_coordinator = find_coordinator(victim, TRANSACTIONAL_ID, TRANSACTION_KEY)
+        final_coordinator = find_coordinator(victim, transactional_id, TRANSACTION_KEY)
         group_offsets = copier.group_offsets()
     finally:
         copier.close()

@@ -57,6 +57,7 @@ from kafka_ext.coordinator.runtime import CoordinatorRuntime
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.record_batch import TimestampType
+from kafka_ext.protocol.records import READ_COMMITTED
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ _DeleteRecordsResponse = _reg["DisklessDeleteRecordsResponse"].cls
 _ListOffsetsResponse = _reg["DisklessListOffsetsResponse"].cls
 _FindBatchesResponse = _reg["DisklessFindBatchesResponse"].cls
 _DescribeFilesResponse = _reg["DisklessDescribeFilesResponse"].cls
+_DescribeProducersResponse = _reg["DescribeProducersResponse"].cls
 
 
 def now_ms() -> int:
@@ -356,7 +358,8 @@ class DisklessCoordinator:
                     if failed is not None:
                         raise failed
                     answer.offset, answer.timestamp = self._shard(cid).list_offset(
-                        t.topic_id, p.partition_index, p.timestamp)
+                        t.topic_id, p.partition_index, p.timestamp,
+                        request.isolation_level == READ_COMMITTED)
                 except KafkaError as exc:
                     answer.error_code, answer.error_message = _error(exc)
             topics.append(Resp.DisklessListOffsetsTopicResponse(topic_id=t.topic_id,
@@ -370,8 +373,10 @@ class DisklessCoordinator:
 
         Per partition up to MaxBatchesPerPartition and MaxPartitionFetchBytes, overall
         FetchMaxBytes; the first partition with data gets at least one batch (Kafka's fetch
-        rule, so an oversized batch never blocks a consumer).
+        rule, so an oversized batch never blocks a consumer). READ_COMMITTED stops at the last
+        stable offset and lists the aborted transactions overlapping the batches returned.
         """
+        read_committed = request.isolation_level == READ_COMMITTED
         Resp = _FindBatchesResponse
         max_batches = request.max_batches_per_partition
         if max_batches <= 0:
@@ -391,11 +396,14 @@ class DisklessCoordinator:
                     state = shard.partition(t.topic_id, p.partition_index)
                     start = state.committed_log_start_offset
                     end = state.committed_high_watermark
+                    stable = state.last_stable_offset
                     answer.log_start_offset, answer.high_watermark = start, end
+                    answer.last_stable_offset = stable
                     if p.offset < start or p.offset > end:
                         raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                                          f"offset {p.offset} is outside [{start}, {end}]")
-                    if p.offset == end:
+                    readable_end = stable if read_committed else end
+                    if p.offset >= readable_end:
                         continue
                     limit = min(budget, p.max_partition_fetch_bytes
                                 if p.max_partition_fetch_bytes > 0 else budget)
@@ -404,6 +412,8 @@ class DisklessCoordinator:
                     assert store is not None  # loaded shards have their store open
                     for row in store.find_batches(t.topic_id, p.partition_index, p.offset,
                                                   max_batches):
+                        if row.base_offset >= readable_end:
+                            break
                         if used + row.byte_size > limit and (answer.batches or not first):
                             break
                         answer.batches.append(Resp.DisklessFindBatchesBatchInfo(
@@ -417,11 +427,49 @@ class DisklessCoordinator:
                     if answer.batches:
                         first = False
                         budget -= used
+                        if read_committed:
+                            answer.aborted_transactions = [
+                                Resp.DisklessAbortedTransaction(producer_id=pid,
+                                                                first_offset=first_offset)
+                                for pid, first_offset in store.aborted_txns(
+                                    t.topic_id, p.partition_index, p.offset,
+                                    answer.batches[-1].last_offset + 1)]
                 except KafkaError as exc:
                     answer.error_code = int(exc.code)
             topics.append(Resp.DisklessFindBatchesTopicResponse(topic_id=t.topic_id,
                                                                 partitions=partitions))
         return Resp(topics=topics)
+
+    # -- DescribeProducers (61) of diskless partitions -----------------------------------------
+
+    async def describe_producers(self, request: Any) -> Any:
+        """The producer state of diskless partitions whose coordinator is hosted here (the
+        others NOT_COORDINATOR): what a classic partition leader answers from its log."""
+        Resp = _DescribeProducersResponse
+        image = self.broker.controller.image
+        topics = []
+        for t in request.topics:
+            partitions = []
+            known = image.topics_by_name.get(t.name)
+            for index in t.partition_indexes:
+                answer = Resp.PartitionResponse(partition_index=index, error_code=0,
+                                                error_message=None, active_producers=[])
+                partitions.append(answer)
+                try:
+                    if known is None:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                         f"unknown topic {t.name}")
+                    shard = self._shard(self.coordinator_of(known.topic_id, index))
+                    answer.active_producers = [Resp.ProducerState(
+                        producer_id=e.producer_id, producer_epoch=e.producer_epoch,
+                        last_sequence=e.last_sequence, last_timestamp=e.last_timestamp_ms,
+                        coordinator_epoch=e.coordinator_epoch,
+                        current_txn_start_offset=e.current_txn_first_offset)
+                        for e in shard.producers(known.topic_id, index)]
+                except KafkaError as exc:
+                    answer.error_code, answer.error_message = _error(exc)
+            topics.append(Resp.TopicResponse(name=t.name, partitions=partitions))
+        return Resp(throttle_time_ms=0, topics=topics)
 
     # -- DisklessDescribeFiles (100) ----------------------------------------------------------
 

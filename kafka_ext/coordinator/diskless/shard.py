@@ -2,7 +2,7 @@
 
 Two layers, as the KIP's "How operations are performed" asks:
 - in memory, per partition, what validation needs: log start offset, next offset (high
-  watermark), producer state, plus the topics. `replay` updates it at once, so it is the
+  watermark), producer state (sequences, epochs, open transactions), plus the topics. `replay` updates it at once, so it is the
   committed state plus every pending (appended, not yet replicated) record, the speculative
   state the next operation validates against;
 - in SQLite (DisklessStore), the committed state: `replay` queues each record and
@@ -72,6 +72,17 @@ class PartitionState:
     committed_log_start_offset: int = 0
     committed_high_watermark: int = 0
     producers: dict[int, ProducerStateEntry] = field(default_factory=dict)
+    # Producer id -> first offset of its open transaction, as SQLite has it (committed).
+    committed_open_txns: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO over the committed state: the first offset of the oldest open
+        transaction, else the high watermark; never below the log start."""
+        end = self.committed_high_watermark
+        if self.committed_open_txns:
+            end = min(end, min(self.committed_open_txns.values()))
+        return max(end, self.committed_log_start_offset)
 
 
 @dataclass(slots=True, frozen=True)
@@ -93,11 +104,40 @@ def _copy_entry(entry: ProducerStateEntry) -> ProducerStateEntry:
 
 
 def _remember(entry: ProducerStateEntry, b: Any) -> None:
+    """A producer's batch (CommittedBatch) or transaction marker, in its producer's entry."""
     entry.update_epoch(b.producer_epoch)
-    delta = b.assigned_last_offset - b.assigned_base_offset
-    entry.batches.append(BatchMetadata(b.last_sequence, b.assigned_last_offset, delta,
-                                       b.batch_max_timestamp))
     entry.last_timestamp_ms = b.batch_max_timestamp
+    if b.control_type >= 0:
+        entry.coordinator_epoch = b.coordinator_epoch
+        entry.current_txn_first_offset = -1
+        return
+    if b.base_sequence >= 0:
+        delta = b.assigned_last_offset - b.assigned_base_offset
+        entry.batches.append(BatchMetadata(b.last_sequence, b.assigned_last_offset, delta,
+                                           b.batch_max_timestamp))
+    if b.is_transactional and entry.current_txn_first_offset < 0:
+        entry.current_txn_first_offset = b.assigned_base_offset
+
+
+def _has_producer_state(b: Any) -> bool:
+    """Whether a batch changes its producer's entry: idempotent, transactional or a marker."""
+    return b.producer_id >= 0 and (b.base_sequence >= 0 or b.is_transactional
+                                   or b.control_type >= 0)
+
+
+def _check_marker(entry: ProducerStateEntry | None, b: Any) -> None:
+    """Kafka's checks of a COMMIT/ABORT marker: not from an older producer epoch (a zombie's
+    coordinator) nor from an older transaction coordinator epoch."""
+    if entry is None:
+        return
+    if b.producer_epoch < entry.producer_epoch:
+        raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                         f"marker for producer {b.producer_id} with epoch {b.producer_epoch}, "
+                         f"older than its epoch {entry.producer_epoch}")
+    if b.coordinator_epoch < entry.coordinator_epoch:
+        raise KafkaError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                         f"marker for producer {b.producer_id} from coordinator epoch "
+                         f"{b.coordinator_epoch}, older than {entry.coordinator_epoch}")
 
 
 class DisklessShard:
@@ -149,16 +189,36 @@ class DisklessShard:
                 row.high_watermark, row.log_start_offset, row.high_watermark)
             self.topics[row.topic_id] = row.topic_name
         for b in self.store.producer_batches():
-            state = self.partitions.get((b.topic_id, b.partition))
-            if state is None:
-                continue
-            entry = state.producers.get(b.producer_id)
+            entry = self._stored_entry(b.topic_id, b.partition, b.producer_id)
             if entry is None:
-                entry = state.producers[b.producer_id] = ProducerStateEntry(b.producer_id)
+                continue
             entry.update_epoch(b.producer_epoch)
             entry.batches.append(BatchMetadata(b.last_sequence, b.last_offset, b.offset_delta,
                                                b.timestamp_ms))
             entry.last_timestamp_ms = b.timestamp_ms
+        for t in self.store.txn_producers():
+            entry = self._stored_entry(t.topic_id, t.partition, t.producer_id)
+            if entry is None:
+                continue
+            if t.producer_epoch > entry.producer_epoch:  # a marker's newer epoch
+                entry.update_epoch(t.producer_epoch)
+            entry.coordinator_epoch = t.coordinator_epoch
+            entry.current_txn_first_offset = t.open_txn_first_offset
+            if t.open_txn_first_offset >= 0:
+                self.partitions[(t.topic_id, t.partition)].committed_open_txns[
+                    t.producer_id] = t.open_txn_first_offset
+
+    def _stored_entry(self, topic_id: uuid.UUID, partition: int,
+                      producer_id: int) -> ProducerStateEntry | None:
+        """The producer's entry being read back from SQLite (made on first sight); None for a
+        partition no longer here."""
+        state = self.partitions.get((topic_id, partition))
+        if state is None:
+            return None
+        entry = state.producers.get(producer_id)
+        if entry is None:
+            entry = state.producers[producer_id] = ProducerStateEntry(producer_id)
+        return entry
 
     @property
     def applied_offset(self) -> int:
@@ -211,7 +271,7 @@ class DisklessShard:
                     for b in part.batches:
                         state.high_watermark = max(state.high_watermark,
                                                    b.assigned_last_offset + 1)
-                        if b.producer_id >= 0 and b.base_sequence >= 0:
+                        if _has_producer_state(b):
                             entry = state.producers.get(b.producer_id)
                             if entry is None:
                                 entry = state.producers[b.producer_id] = ProducerStateEntry(
@@ -222,12 +282,14 @@ class DisklessShard:
             if state is not None and m.new_log_start_offset > state.log_start_offset:
                 state.log_start_offset = m.new_log_start_offset
                 for pid in [p for p, e in state.producers.items()
-                            if e.last_data_offset < m.new_log_start_offset]:
+                            if e.last_data_offset < m.new_log_start_offset
+                            and e.current_txn_first_offset < 0]:
                     del state.producers[pid]
 
     def replay_end_transaction(self, producer_id: int, producer_epoch: int, committed: bool,
                                offset: int) -> None:
-        """`__diskless_metadata` holds no transactional records."""
+        """`__diskless_metadata` holds no transactional records (the diskless partitions'
+        transactions are state in FILE_COMMITTED records, not transactions of this log)."""
 
     def on_committed(self, committed_offset: int) -> None:
         """Apply the pending records below `committed_offset` to SQLite, in one transaction."""
@@ -258,10 +320,17 @@ class DisklessShard:
             for topic in m.topics:
                 for part in topic.partitions:
                     state = self.partitions.get((topic.topic_id, part.partition_index))
-                    if state is not None and part.batches:
-                        state.committed_high_watermark = max(
-                            state.committed_high_watermark,
-                            max(b.assigned_last_offset for b in part.batches) + 1)
+                    if state is None or not part.batches:
+                        continue
+                    state.committed_high_watermark = max(
+                        state.committed_high_watermark,
+                        max(b.assigned_last_offset for b in part.batches) + 1)
+                    for b in part.batches:
+                        if b.control_type >= 0:
+                            state.committed_open_txns.pop(b.producer_id, None)
+                        elif b.is_transactional:
+                            state.committed_open_txns.setdefault(b.producer_id,
+                                                                 b.assigned_base_offset)
         elif record.record_type == RECORDS_DELETED:
             state = self.partitions.get((m.topic_id, m.partition_index))
             if state is not None:
@@ -381,18 +450,30 @@ class DisklessShard:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              f"batch offsets {b.base_offset}-{b.last_offset} at "
                              f"{b.byte_offset}+{b.size} are inconsistent")
-        idempotent = b.producer_id >= 0 and b.base_sequence >= 0
+        marker = b.control_type >= 0
+        if (marker or b.is_transactional) and b.producer_id < 0:
+            raise KafkaError(ErrorCode.INVALID_RECORD,
+                             "a transactional batch or marker without a producer id")
+        tracked = _has_producer_state(b)
         entry: ProducerStateEntry | None = None
-        if idempotent:
+        if tracked:
             entry = producers.get((key, b.producer_id))
             if entry is None:
                 known = state.producers.get(b.producer_id)
                 entry = None if known is None else _copy_entry(known)
+        if marker:
+            _check_marker(entry, b)
+        elif tracked:
             duplicate = check_client_sequence(entry, b.producer_epoch, b.base_sequence,
                                               b.last_sequence)
             if duplicate is not None:
                 return CommitOutcome(0, None, duplicate.first_offset, -1, state.log_start_offset,
                                      True)
+            if entry is not None and entry.current_txn_first_offset >= 0 \
+                    and not b.is_transactional:
+                raise KafkaError(ErrorCode.INVALID_TXN_STATE,
+                                 f"non-transactional batch from producer {b.producer_id} inside "
+                                 f"its transaction started at {entry.current_txn_first_offset}")
         base = next_offsets.get(key, state.high_watermark)
         last = base + (b.last_offset - b.base_offset)
         log_append_time = timestamp_types.get(b.topic_id, 0) == LOG_APPEND_TIME
@@ -402,16 +483,22 @@ class DisklessShard:
             batch_max_timestamp=now if log_append_time else b.batch_max_timestamp,
             timestamp_type=LOG_APPEND_TIME if log_append_time else b.timestamp_type,
             producer_id=b.producer_id, producer_epoch=b.producer_epoch,
-            base_sequence=b.base_sequence, last_sequence=b.last_sequence)
+            base_sequence=b.base_sequence, last_sequence=b.last_sequence,
+            is_transactional=b.is_transactional or marker, control_type=b.control_type,
+            coordinator_epoch=b.coordinator_epoch)
         accepted.setdefault(key, []).append(committed)
         next_offsets[key] = last + 1
-        if idempotent:
+        if tracked:
             if entry is None:
                 entry = ProducerStateEntry(b.producer_id)
             _remember(entry, committed)
             producers[(key, b.producer_id)] = entry
         return CommitOutcome(0, None, base, now if log_append_time else -1,
                              state.log_start_offset, False)
+
+    def producers(self, topic_id: uuid.UUID, partition: int) -> list[ProducerStateEntry]:
+        """The partition's producer entries (DescribeProducers)."""
+        return list(self.partition(topic_id, partition).producers.values())
 
     def delete_records(self, requests: list[tuple[uuid.UUID, int, int]]
                        ) -> CoordinatorResult[list[tuple[int, int, str | None]]]:
@@ -480,15 +567,16 @@ class DisklessShard:
                              f"unknown diskless partition {topic_id}-{partition}")
         return state
 
-    def list_offset(self, topic_id: uuid.UUID, partition: int,
-                    timestamp: int) -> tuple[int, int]:
+    def list_offset(self, topic_id: uuid.UUID, partition: int, timestamp: int,
+                    read_committed: bool = False) -> tuple[int, int]:
         """(offset, timestamp) for ListOffsets over the committed state (call after the
-        runtime's wait_committed): -1 latest, -2 earliest, -3 max timestamp, -4 earliest
-        local, -5 latest tiered (none), else the first batch whose max timestamp >= it."""
+        runtime's wait_committed): -1 latest (the last stable offset for read_committed), -2
+        earliest, -3 max timestamp, -4 earliest local, -5 latest tiered (none), else the first
+        batch whose max timestamp >= it."""
         state = self.partition(topic_id, partition)
         start, end = state.committed_log_start_offset, state.committed_high_watermark
         if timestamp == -1:
-            return end, -1
+            return (state.last_stable_offset if read_committed else end), -1
         if timestamp in (-2, -4):
             return start, -1
         if timestamp == -5:

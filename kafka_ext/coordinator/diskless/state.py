@@ -1,9 +1,10 @@
 """DisklessStore: the SQLite materialisation of one Diskless coordinator's log (KIP-1164).
 
 One database per shard (`<metadata.log.dir>/diskless/<coordinator id>.sqlite`) holding
-partitions, producer state (the last five batches per producer, for duplicate detection),
-WAL files, batches and the offset of the last applied `__diskless_metadata` record, which is
-written in the same transaction as the changes it brings. It is a cache of the log: deleting it
+partitions, producer state (the last five batches per producer, for duplicate detection;
+epochs and open transactions of transactional producers), the aborted transactions, WAL files,
+batches and the offset of the last applied `__diskless_metadata` record, which is written in
+the same transaction as the changes it brings. It is a cache of the log: deleting it
 is safe, the shard rebuilds it from the log (and the newest snapshot, once the log is pruned).
 
 Concurrency: one connection, used on the event loop only. Every statement is a small indexed
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 # File states (SQLite only, never in the log: the log already implies them, as KIP-1164 says).
 LOG_APPEND_TIME = 1  # a batch's timestamp type when the coordinator set its timestamp
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1  # a marker's ControlType (Kafka's control record types)
 FILE_LIVE = "live"  # this shard has (or just had) live batches in the file
 FILE_RELEASING = "releasing"  # its last batch here is gone; asking the other owners
 FILE_DELETING = "deleting"  # nobody needs it: delete the object at deletion_due_ms
@@ -61,6 +63,26 @@ CREATE TABLE IF NOT EXISTS producer_batches (
     offset_delta INTEGER NOT NULL,
     timestamp_ms INTEGER NOT NULL,
     PRIMARY KEY (topic_id, partition, producer_id, last_offset)
+) WITHOUT ROWID;
+-- Transactional producers: their epoch and coordinator epoch as the last marker or batch set
+-- them, and the first offset of their open transaction (-1: none).
+CREATE TABLE IF NOT EXISTS txn_producers (
+    topic_id BLOB NOT NULL,
+    partition INTEGER NOT NULL,
+    producer_id INTEGER NOT NULL,
+    producer_epoch INTEGER NOT NULL,
+    coordinator_epoch INTEGER NOT NULL,
+    open_txn_first_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition, producer_id)
+) WITHOUT ROWID;
+-- Kafka's aborted transaction index: read_committed fetches skip these producers' batches.
+CREATE TABLE IF NOT EXISTS aborted_txns (
+    topic_id BLOB NOT NULL,
+    partition INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    producer_id INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition, last_offset)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS files (
     file_id INTEGER PRIMARY KEY,
@@ -134,6 +156,16 @@ class ProducerBatchRow:
     last_sequence: int
     offset_delta: int
     timestamp_ms: int
+
+
+@dataclass(slots=True, frozen=True)
+class TxnProducerRow:
+    topic_id: uuid.UUID
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    open_txn_first_offset: int
 
 
 @dataclass(slots=True, frozen=True)
@@ -223,6 +255,11 @@ class DisklessStore:
             "last_sequence, offset_delta, timestamp_ms FROM producer_batches "
             "ORDER BY topic_id, partition, producer_id, last_offset")]
 
+    def txn_producers(self) -> list[TxnProducerRow]:
+        return [TxnProducerRow(uuid.UUID(bytes=row[0]), *row[1:]) for row in self._db.execute(
+            "SELECT topic_id, partition, producer_id, producer_epoch, coordinator_epoch, "
+            "open_txn_first_offset FROM txn_producers")]
+
     # -- apply --------------------------------------------------------------------------------
 
     def apply(self, records: Iterable[tuple[int, DisklessRecord]], now_ms: int) -> AppliedChanges:
@@ -261,7 +298,8 @@ class DisklessStore:
                 "SELECT DISTINCT file_id FROM batches WHERE topic_id = ?", (tid,)))
             changes.partitions.update((m.topic_id, r[0]) for r in db.execute(
                 "SELECT partition FROM partitions WHERE topic_id = ?", (tid,)))
-            for table in ("batches", "producer_batches", "partitions"):
+            for table in ("batches", "producer_batches", "txn_producers", "aborted_txns",
+                          "partitions"):
                 db.execute(f"DELETE FROM {table} WHERE topic_id = ?", (tid,))  # noqa: S608
         elif record.record_type == FILE_COMMITTED:
             self._apply_file(m, now_ms, changes)
@@ -276,11 +314,20 @@ class DisklessStore:
                 "AND last_offset < ?", (*key, m.new_log_start_offset)))
             db.execute("DELETE FROM batches WHERE topic_id = ? AND partition = ? "
                        "AND last_offset < ?", (*key, m.new_log_start_offset))
-            # Producers whose last batch is gone are forgotten, as Kafka's truncateHead does.
+            # Producers whose last batch is gone are forgotten, as Kafka's truncateHead does,
+            # unless a transaction of theirs is still open.
             db.execute("DELETE FROM producer_batches WHERE topic_id = ? AND partition = ? AND "
                        "producer_id IN (SELECT producer_id FROM producer_batches WHERE "
                        "topic_id = ? AND partition = ? GROUP BY producer_id "
-                       "HAVING max(last_offset) < ?)", (*key, *key, m.new_log_start_offset))
+                       "HAVING max(last_offset) < ?) AND producer_id NOT IN (SELECT producer_id "
+                       "FROM txn_producers WHERE topic_id = ? AND partition = ? AND "
+                       "open_txn_first_offset >= 0)",
+                       (*key, *key, m.new_log_start_offset, *key))
+            db.execute("DELETE FROM txn_producers WHERE topic_id = ? AND partition = ? AND "
+                       "open_txn_first_offset < 0 AND producer_id NOT IN (SELECT producer_id "
+                       "FROM producer_batches WHERE topic_id = ? AND partition = ?)", (*key, *key))
+            db.execute("DELETE FROM aborted_txns WHERE topic_id = ? AND partition = ? AND "
+                       "last_offset < ?", (*key, m.new_log_start_offset))
             changes.partitions.add((m.topic_id, m.partition_index))
 
     def _apply_file(self, m: Any, now_ms: int, changes: AppliedChanges) -> None:
@@ -310,8 +357,13 @@ class DisklessStore:
                                 b.batch_max_timestamp, b.timestamp_type, b.producer_id,
                                 b.producer_epoch, b.base_sequence, b.last_sequence))
                     last_offset = max(last_offset, b.assigned_last_offset)
+                    if b.control_type >= 0:
+                        self._end_txn(key, b)
+                        continue
                     if b.producer_id >= 0 and b.base_sequence >= 0:
                         self._remember_producer_batch(key, b)
+                    if b.is_transactional:
+                        self._open_txn(key, b)
                 db.execute("UPDATE partitions SET high_watermark = max(high_watermark, ?) "
                            "WHERE topic_id = ? AND partition = ?", (last_offset + 1, *key))
                 changes.partitions.add((topic.topic_id, part.partition_index))
@@ -330,6 +382,32 @@ class DisklessStore:
                    "producer_batches WHERE topic_id = ? AND partition = ? AND producer_id = ? "
                    "ORDER BY last_offset DESC LIMIT ?)",
                    (*key, pid, *key, pid, NUM_BATCHES_TO_RETAIN))
+
+    def _open_txn(self, key: tuple[bytes, int], b: Any) -> None:
+        """A transactional batch: its producer's transaction is open from here if it was not."""
+        self._db.execute(
+            "INSERT INTO txn_producers VALUES (?, ?, ?, ?, -1, ?) ON CONFLICT DO UPDATE SET "
+            "producer_epoch = excluded.producer_epoch, open_txn_first_offset = CASE WHEN "
+            "open_txn_first_offset < 0 THEN excluded.open_txn_first_offset "
+            "ELSE open_txn_first_offset END",
+            (*key, b.producer_id, b.producer_epoch, b.assigned_base_offset))
+
+    def _end_txn(self, key: tuple[bytes, int], b: Any) -> None:
+        """A COMMIT or ABORT marker: an aborted open transaction is indexed, the producer takes
+        the marker's epochs (a new producer epoch forgets the old epoch's batches)."""
+        db = self._db
+        row = db.execute("SELECT open_txn_first_offset FROM txn_producers WHERE topic_id = ? "
+                         "AND partition = ? AND producer_id = ?", (*key, b.producer_id)).fetchone()
+        if row is not None and row[0] >= 0 and b.control_type == CONTROL_ABORT:
+            db.execute("INSERT OR REPLACE INTO aborted_txns VALUES (?, ?, ?, ?, ?)",
+                       (*key, b.assigned_last_offset, b.producer_id, row[0]))
+        db.execute("INSERT INTO txn_producers VALUES (?, ?, ?, ?, ?, -1) ON CONFLICT DO UPDATE "
+                   "SET producer_epoch = excluded.producer_epoch, coordinator_epoch = "
+                   "excluded.coordinator_epoch, open_txn_first_offset = -1",
+                   (*key, b.producer_id, b.producer_epoch, b.coordinator_epoch))
+        db.execute("DELETE FROM producer_batches WHERE topic_id = ? AND partition = ? AND "
+                   "producer_id = ? AND producer_epoch != ?",
+                   (*key, b.producer_id, b.producer_epoch))
 
     def _release_empty_files(self, file_ids: set[int]) -> list[str]:
         """Files among `file_ids` left with no live batch: FILE_LIVE -> FILE_RELEASING."""
@@ -460,6 +538,15 @@ class DisklessStore:
             "WHERE topic_id = ? AND partition = ? AND last_offset >= ? ORDER BY last_offset",
             (topic_id.bytes, partition, log_start_offset))
         yield from cur
+
+    def aborted_txns(self, topic_id: uuid.UUID, partition: int, from_offset: int,
+                     to_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping offsets
+        [from_offset, to_offset), as a read_committed fetch of that range needs them."""
+        return [(int(pid), int(first)) for pid, first in self._db.execute(
+            "SELECT producer_id, first_offset FROM aborted_txns WHERE topic_id = ? AND "
+            "partition = ? AND last_offset >= ? AND first_offset < ? ORDER BY first_offset",
+            (topic_id.bytes, partition, from_offset, to_offset))]
 
     def size_bytes(self, topic_id: uuid.UUID, partition: int, log_start_offset: int) -> int:
         row = self._db.execute(

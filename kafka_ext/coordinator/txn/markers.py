@@ -5,7 +5,8 @@ One function serves both the local transaction coordinator and the WriteTxnMarke
 `__consumer_offsets` partitions go through the group coordinator, which must also make the
 transaction's offsets visible or drop them; every other partition gets a control batch. A
 partition another broker leads gets its marker in a WriteTxnMarkers request to that broker
-(Kafka's TransactionMarkerChannelManager).
+(Kafka's TransactionMarkerChannelManager). A diskless partition has no leader holding its data:
+this broker writes its marker through its own WAL and the partition's Diskless coordinator.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ async def write_txn_marker(broker: Any, topic: str, partition: int, producer_id:
     """
     known = broker.controller.image.topics_by_name.get(topic)
     part = known.partitions.get(partition) if known is not None else None
+    if part is not None and part.is_diskless:
+        await broker.diskless.write_marker(topic, partition, producer_id, producer_epoch,
+                                           coordinator_epoch, committed)
+        return
     if not local_only and part is not None and part.leader != broker.node_id:
         if part.leader < 0:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,

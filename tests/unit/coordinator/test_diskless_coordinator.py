@@ -6,11 +6,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from kafka_ext.controller.quorum_controller import TopicCreation
 from kafka_ext.coordinator.diskless import DISKLESS_METADATA_TOPIC, DisklessCoordinator
@@ -182,15 +180,6 @@ async def until(condition: Callable[[], bool], timeout_s: float = 5.0,
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
         await asyncio.sleep(step_s)
-
-
-@pytest.fixture
-async def h(tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(tmp_path)
-    await harness.start()
-    yield harness
-    await harness.coordinator.stop()
-    harness.broker.stop()
 
 
 def partition_of(h: Harness, topic_id: uuid.UUID, coordinator_id: int) -> int:
