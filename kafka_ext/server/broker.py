@@ -670,6 +670,7 @@ class Broker:
         expiration_ms = int(str(self.dynamic_config().values["producer.id.expiration.ms"]))
         for hosted in list(self.replica_manager.partitions.values()):
             hosted.log.producer_state.remove_expired_producers(now_ms, expiration_ms)
+        await self.diskless_coordinator.expire_producers(now_ms, expiration_ms)
 
     async def _apply_retention(self) -> None:
         now_ms = int(time.time() * 1000)

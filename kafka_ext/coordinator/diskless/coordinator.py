@@ -579,6 +579,20 @@ class DisklessCoordinator:
             coordinator_id, lambda s: s.enforce_retention(now, self._retention_of))
         return moved
 
+    async def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """producer.id.expiration.ms over the coordinators hosted here (the broker's periodic
+        job): idle producers without an open transaction are forgotten, through the log so
+        every replica forgets them too. Returns how many."""
+        expired = 0
+        for coordinator_id in sorted(self.runtime.loaded_partitions()):
+            try:
+                expired += await self.runtime.write(
+                    coordinator_id, lambda s: s.expire_producers(now_ms, expiration_ms))
+            except KafkaError as exc:  # moved or unloaded meanwhile: its new leader will
+                log.debug("producer expiry of diskless coordinator %d skipped: %s",
+                          coordinator_id, exc)
+        return expired
+
     def _retention_of(self, topic: str) -> tuple[int, int]:
         config = self.broker.log_config_for(topic)
         if not config.deletes_by_retention:

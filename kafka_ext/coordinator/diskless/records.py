@@ -1,7 +1,7 @@
 """Records of `__diskless_metadata` (KIP-1164): partition created, topic deleted, file committed,
-records deleted.
+records deleted, and ours: producers expired.
 
-The key is the record type as an int16 (the schema's apiKey, 100-103); the value is an int16
+The key is the record type as an int16 (the schema's apiKey, 100-104); the value is an int16
 version followed by the schema's struct (`protocol_schemas/records/diskless/`), the same
 framing as the group coordinator's records.
 """
@@ -21,6 +21,7 @@ PARTITION_CREATED = 100
 TOPIC_DELETED = 101
 FILE_COMMITTED = 102
 RECORDS_DELETED = 103
+PRODUCERS_EXPIRED = 104
 RECORD_VERSION = 0
 
 _reg = registry()
@@ -29,11 +30,13 @@ _TYPES = {
     TOPIC_DELETED: _reg["DisklessTopicDeletedRecord"],
     FILE_COMMITTED: _reg["DisklessFileCommittedRecord"],
     RECORDS_DELETED: _reg["DisklessRecordsDeletedRecord"],
+    PRODUCERS_EXPIRED: _reg["DisklessProducersExpiredRecord"],
 }
 PartitionCreatedRecord: Any = _TYPES[PARTITION_CREATED].cls
 TopicDeletedRecord: Any = _TYPES[TOPIC_DELETED].cls
 FileCommittedRecord: Any = _TYPES[FILE_COMMITTED].cls
 RecordsDeletedRecord: Any = _TYPES[RECORDS_DELETED].cls
+ProducersExpiredRecord: Any = _TYPES[PRODUCERS_EXPIRED].cls
 CommittedTopic: Any = FileCommittedRecord.DisklessCommittedTopic
 CommittedPartition: Any = FileCommittedRecord.DisklessCommittedPartition
 CommittedBatch: Any = FileCommittedRecord.DisklessCommittedBatch
@@ -41,7 +44,7 @@ CommittedBatch: Any = FileCommittedRecord.DisklessCommittedBatch
 
 @dataclass(slots=True, frozen=True)
 class DisklessRecord:
-    """One decoded record: its type (100-103) and message."""
+    """One decoded record: its type (100-104) and message."""
 
     record_type: int
     message: Any

@@ -27,6 +27,7 @@ from typing import Any
 from kafka_ext.coordinator.diskless.records import (
     FILE_COMMITTED,
     PARTITION_CREATED,
+    PRODUCERS_EXPIRED,
     RECORDS_DELETED,
     TOPIC_DELETED,
     CommittedBatch,
@@ -35,6 +36,7 @@ from kafka_ext.coordinator.diskless.records import (
     DisklessRecord,
     FileCommittedRecord,
     PartitionCreatedRecord,
+    ProducersExpiredRecord,
     RecordsDeletedRecord,
     TopicDeletedRecord,
     decode,
@@ -277,6 +279,11 @@ class DisklessShard:
                                 entry = state.producers[b.producer_id] = ProducerStateEntry(
                                     b.producer_id)
                             _remember(entry, b)
+        elif record.record_type == PRODUCERS_EXPIRED:
+            state = self.partitions.get((m.topic_id, m.partition_index))
+            if state is not None:
+                for pid in m.producer_ids:
+                    state.producers.pop(pid, None)
         elif record.record_type == RECORDS_DELETED:
             state = self.partitions.get((m.topic_id, m.partition_index))
             if state is not None and m.new_log_start_offset > state.log_start_offset:
@@ -525,6 +532,22 @@ class DisklessShard:
                 moved[(topic_id, partition)] = start = target
             answers.append((0, start, None))
         return CoordinatorResult(records, answers)
+
+    def expire_producers(self, now: int, expiration_ms: int) -> CoordinatorResult[int]:
+        """A DisklessProducersExpiredRecord per partition with producers idle for
+        `expiration_ms` (by their last batch's timestamp, as Kafka's producer.id.expiration.ms)
+        and no open transaction; returns how many producers go."""
+        records: list[Record] = []
+        count = 0
+        for (topic_id, partition), state in self.partitions.items():
+            idle = sorted(pid for pid, e in state.producers.items()
+                          if e.current_txn_first_offset < 0
+                          and now - e.last_timestamp_ms >= expiration_ms)
+            if idle:
+                records.append(encode(PRODUCERS_EXPIRED, ProducersExpiredRecord(
+                    topic_id=topic_id, partition_index=partition, producer_ids=idle)))
+                count += len(idle)
+        return CoordinatorResult(records, count)
 
     def enforce_retention(self, now: int, retention_of: Callable[[str], tuple[int, int]]
                           ) -> CoordinatorResult[int]:

@@ -25,6 +25,7 @@ from typing import Any
 from kafka_ext.coordinator.diskless.records import (
     FILE_COMMITTED,
     PARTITION_CREATED,
+    PRODUCERS_EXPIRED,
     RECORDS_DELETED,
     TOPIC_DELETED,
     DisklessRecord,
@@ -303,6 +304,8 @@ class DisklessStore:
                 db.execute(f"DELETE FROM {table} WHERE topic_id = ?", (tid,))  # noqa: S608
         elif record.record_type == FILE_COMMITTED:
             self._apply_file(m, now_ms, changes)
+        elif record.record_type == PRODUCERS_EXPIRED:
+            self._forget_producers(m)
         elif record.record_type == RECORDS_DELETED:
             key = (m.topic_id.bytes, m.partition_index)
             cur = db.execute("UPDATE partitions SET log_start_offset = max(log_start_offset, ?) "
@@ -329,6 +332,14 @@ class DisklessStore:
             db.execute("DELETE FROM aborted_txns WHERE topic_id = ? AND partition = ? AND "
                        "last_offset < ?", (*key, m.new_log_start_offset))
             changes.partitions.add((m.topic_id, m.partition_index))
+
+    def _forget_producers(self, m: Any) -> None:
+        """A ProducersExpired record: the producers' batches and transaction state go."""
+        key = (m.topic_id.bytes, m.partition_index)
+        for table in ("producer_batches", "txn_producers"):
+            self._db.executemany(
+                f"DELETE FROM {table} WHERE topic_id = ? AND partition = ? "  # noqa: S608
+                "AND producer_id = ?", [(*key, pid) for pid in m.producer_ids])
 
     def _apply_file(self, m: Any, now_ms: int, changes: AppliedChanges) -> None:
         db = self._db

@@ -14,6 +14,7 @@ from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.records import READ_COMMITTED
 from tests.unit.coordinator.test_diskless_coordinator import (
     NONE,
+    T0,
     Commit,
     FindBatches,
     Harness,
@@ -160,3 +161,25 @@ async def test_delete_records_drops_aborted_transactions_below_the_new_start(
     producers = await h.coordinator.describe_producers(DescribeProducers(topics=[
         DescribeProducers.TopicRequest(name="t", partition_indexes=[0])]))
     assert [p.producer_id for p in producers.topics[0].partitions[0].active_producers] == [8]
+
+
+async def test_idle_producers_expire_unless_their_transaction_is_open(h: Harness) -> None:
+    tid = await h.create_topic("t", partitions=1)
+    hour = 3_600_000
+    await h.commit("wal/1", [
+        batch(tid, 0, producer_id=7, epoch=0, sequence=0, max_timestamp=T0),  # idle
+        txn_batch(tid, 0, 8, 0),  # idle too, but its transaction is open
+        batch(tid, 0, producer_id=9, epoch=0, sequence=0, max_timestamp=T0 + 2 * hour)])
+    expired = await h.coordinator.expire_producers(T0 + 2 * hour, hour)
+    assert expired == 1
+    kept = [(8, 0, -1, 1), (9, 0, -1, -1)]
+    assert (await txn_view(h, tid))[5] == kept
+    await h.restart_coordinator()
+    assert (await txn_view(h, tid))[5] == kept
+    await h.coordinator.stop()
+    remove_database(h.db_path(h.coordinator.coordinator_of(tid, 0)))
+    await h.start_coordinator()
+    assert (await txn_view(h, tid))[5] == kept
+    # An expired producer is unknown: its next sequence is accepted wherever it resumes.
+    answers = await h.commit("wal/2", [batch(tid, 0, producer_id=7, epoch=0, sequence=5)])
+    assert answers[0].error_code == NONE
