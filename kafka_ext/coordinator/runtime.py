@@ -192,6 +192,10 @@ class CoordinatorRuntime(Generic[S]):
         """The leader epoch of `partition` this shard was loaded under (Kafka's coordinator epoch)."""
         return self._loaded_context(partition).leader_epoch
 
+    def leads(self, partition: int) -> bool:
+        """Whether the shard of `partition` is loaded or loading here (this node leads it)."""
+        return partition in self._contexts
+
     def is_loading(self, partition: int) -> bool:
         ctx = self._contexts.get(partition)
         return ctx is not None and not ctx.loaded

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka_ext.controller.image import MetadataImage
+from kafka_ext.coordinator.diskless.snapshots import RemoteSnapshots
 from kafka_ext.diskless.batch_reader import BatchReader
 from kafka_ext.diskless.coordinator_client import CALL_TIMEOUT_S, CoordinatorClient
 from kafka_ext.diskless.object_cache import ObjectCache
@@ -89,6 +90,7 @@ class DisklessService:
                           config.diskless_coordinator_orphan_scan_grace_period_ms / 2000))
         self.store = ObjectStore.from_url(config.diskless_storage_url)
         self.coordinator.delete_object = self.store.delete
+        self.coordinator.remote_snapshots = RemoteSnapshots(self.store, broker.run_blocking)
         self.coordinator.owners = self.client  # a file's other owners may lead elsewhere
         self.writer = WalWriter(self.store, self.client.commit_file,
                                 self.client.coordinator_of, broker_id=broker.node_id,

@@ -11,6 +11,7 @@ and each partition's offsets are dense from 0.
 from __future__ import annotations
 
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -31,9 +32,13 @@ TOPIC = "events"
 PARTITIONS = 2
 RACK_TOPIC = "rack-events"
 RACKS = {1: "rack-a", 2: "rack-b", 3: "rack-c"}
+WARM_TOPIC = "warm-events"
+SNAPSHOT_EVERY = 40
+METADATA_TOPIC = "__diskless_metadata"
 _Produce = registry().requests[ApiKey.PRODUCE].cls
 _Fetch = registry().requests[ApiKey.FETCH].cls
 _Metadata = registry().requests[ApiKey.METADATA].cls
+_ListOffsets = registry().requests[ApiKey.LIST_OFFSETS].cls
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +47,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     made = Cluster(root, combined=3, racks=RACKS, extra={
         **REPLICATION, "diskless.storage.url": f"file://{root / 'objects'}",
         "diskless.metadata.topic.num.partitions": "1",  # one coordinator: all partitions
-        "diskless.metadata.topic.replication.factor": "3", "diskless.wal.max.ms": "20"})
+        "diskless.metadata.topic.replication.factor": "3", "diskless.wal.max.ms": "20",
+        # Snapshot (upload, prune) every SNAPSHOT_EVERY coordinator records.
+        "diskless.metadata.snapshot.interval.records": str(SNAPSHOT_EVERY)})
     made.start()
     yield made
     problems = made.close()
@@ -62,10 +69,11 @@ def _produce(node: Node, partition: int, value: bytes, topic: str = TOPIC) -> tu
     return result.error_code, result.base_offset
 
 
-def _read(node: Node, expected: dict[int, int]) -> dict[int, list[tuple[int, bytes]]]:
+def _read(node: Node, expected: dict[int, int],
+          topic: str = TOPIC) -> dict[int, list[tuple[int, bytes]]]:
     consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "diskless-checker",
                          "enable.auto.commit": False})
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in expected])
+    consumer.assign([TopicPartition(topic, p, 0) for p in expected])
     seen: dict[int, list[tuple[int, bytes]]] = {p: [] for p in expected}
     deadline = time.monotonic() + 30
     while any(len(seen[p]) < n for p, n in expected.items()) and time.monotonic() < deadline:
@@ -193,3 +201,86 @@ def test_every_broker_takes_produce_and_a_coordinator_failover_loses_nothing(
                 assert (offset, value) in seen[p], f"acknowledged {value!r}@{offset} lost"
     victim.start()
     victim.wait_ready()
+
+
+def _applied_offset(node: Node) -> int:
+    """The `__diskless_metadata` offset coordinator 0's database on `node` has applied."""
+    path = node.data_dir / "diskless" / "0.sqlite"
+    if not path.exists():
+        return -1
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+        row = db.execute("SELECT value FROM meta WHERE name = 'applied_offset'").fetchone()
+    except sqlite3.OperationalError:  # not created yet
+        return -1
+    finally:
+        db.close()
+    return -1 if row is None else int(row[0])
+
+
+def _metadata_log(node: Node) -> tuple[int, int]:
+    """(log start, high watermark) of `__diskless_metadata`-0 at its leader `node`."""
+    bounds = []
+    for timestamp in (-2, -1):
+        request = _ListOffsets(replica_id=-1, isolation_level=0, topics=[
+            _ListOffsets.ListOffsetsTopic(name=METADATA_TOPIC, partitions=[
+                _ListOffsets.ListOffsetsPartition(partition_index=0, timestamp=timestamp)])])
+        with socket.create_connection(("127.0.0.1", node.client_port), timeout=10) as sock:
+            [part] = round_trip(sock, ApiKey.LIST_OFFSETS, 7, request).topics[0].partitions
+        assert part.error_code == 0, part
+        bounds.append(int(part.offset))
+    return bounds[0], bounds[1]
+
+
+def test_followers_stay_warm_and_one_back_from_a_pruned_log_restores_the_snapshot(
+        cluster: Cluster) -> None:
+    nodes = cluster.brokers
+    create_diskless_topic(nodes, WARM_TOPIC, 1)
+    acked: dict[bytes, int] = {}
+
+    def produce(count: int, tag: str, among: list[Node]) -> None:
+        for i in range(count):
+            value = f"{tag}-{i}".encode()
+            for _attempt in range(80):
+                try:
+                    code, offset = _produce(among[i % len(among)], 0, value, WARM_TOPIC)
+                except OSError:
+                    code = -1
+                if code == 0:
+                    acked[value] = offset
+                    break
+                time.sleep(0.25)
+            else:
+                pytest.fail(f"{value!r} never acknowledged")
+
+    def warm(members: list[Node]) -> bool:
+        _, end = _metadata_log(leader)
+        return all(_applied_offset(n) == end - 1 for n in members)
+
+    leader = cluster.nodes[partition_state(nodes[0], METADATA_TOPIC)[0][0]]
+    followers = [n for n in nodes if n is not leader]
+    produce(20, "first", nodes)
+    wait_until(lambda: warm(followers), 10, "every follower's database at the high watermark")
+
+    # A follower is away while the log is snapshotted and pruned past its database.
+    away = followers[0]
+    away_applied = _applied_offset(away)
+    away.kill()
+    produce(3 * SNAPSHOT_EVERY, "while-away", [leader, followers[1]])
+    log_start, _ = _metadata_log(leader)
+    assert log_start > away_applied + 1, "the log was not pruned past the follower's database"
+    snapshots = sorted((cluster.root / "objects" / "diskless-snapshots" / "0").iterdir())
+    assert 1 <= len(snapshots) <= 2, snapshots
+    away.start()
+    away.wait_ready()
+    wait_until(lambda: warm(followers), 30, "the returning follower restored and caught up")
+    assert "restoring a snapshot" in away.log_path.read_text(errors="replace")
+
+    # The leader dies: a warm follower takes over at once and nothing acknowledged is lost.
+    leader.kill()
+    produce(10, "after-failover", followers)
+    seen = _read(followers[0], {0: len(acked)}, WARM_TOPIC)[0]
+    assert [o for o, _ in seen] == list(range(len(seen))), "gaps or duplicates"
+    assert sorted(seen) == sorted((o, v) for v, o in acked.items())
+    leader.start()
+    leader.wait_ready()

@@ -18,7 +18,9 @@ that offset. All must be zero.
 CI runs a bounded slice (seed 1, three rounds). A longer campaign:
     FAULT_SEEDS=1-20 FAULT_ROUNDS=12 pytest tests/cluster/test_replication_faults.py
 and a failing seed replays with FAULT_SEEDS=<seed> FAULT_ROUNDS=<rounds>. FAULT_OVERLAP=1 starts
-each fault without waiting for the last one's recovery.
+each fault without waiting for the last one's recovery. `run_campaign` takes the topic it writes
+(`CampaignTopic`) and the fault families it alternates, so the same campaign runs on diskless
+topics (tests/cluster/test_diskless_s3_cluster.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import socketserver
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -50,14 +54,29 @@ from tests.cluster.test_replication import (
 
 TOPIC = "ledger"
 PARTITIONS = 3
-PROCESS_FAULTS = ("kill leader", "kill follower", "kill controller", "pause leader",
-                  "pause follower")
+KILL_FAULTS = ("kill leader", "kill follower", "kill controller")
+PAUSE_FAULTS = ("pause leader", "pause follower")
+PROCESS_FAULTS = KILL_FAULTS + PAUSE_FAULTS
 NETWORK_FAULTS = ("isolate leader", "isolate follower", "isolate controller",
                   "cut leader inbound", "cut leader outbound", "bridge leader")
 CUT_MODES: tuple[CutMode, ...] = ("drop", "stall")
 
 
-def _seeds() -> list[int]:
+@dataclass(frozen=True)
+class CampaignTopic:
+    """The topic a campaign writes, and the replicated topic its leader and follower faults aim
+    at, whose every partition must be led and fully in sync again after each round: the topic
+    itself when it is classic; `__diskless_metadata` (its coordinators) when it is diskless."""
+
+    name: str = TOPIC
+    partitions: int = PARTITIONS
+    configs: dict[str, str] = field(default_factory=lambda: {"min.insync.replicas": "2"})
+    replication_factor: int = 3
+    aimed_at: str = TOPIC
+    aimed_at_partitions: int = PARTITIONS
+
+
+def fault_seeds() -> list[int]:
     spec = os.environ.get("FAULT_SEEDS", "1")
     if "-" in spec:
         first, last = spec.split("-")
@@ -98,7 +117,8 @@ class ContinuousReader:
     and remembers (offset, value) per partition in the order they were polled. No group
     coordination (the group's coordinator may be killed); it never commits."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, topic: CampaignTopic) -> None:
+        self.topic = topic
         self.observed: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
         self.errors: list[str] = []
         self._consumer = Consumer({
@@ -110,8 +130,8 @@ class ContinuousReader:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        self._consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING)
-                               for p in range(PARTITIONS)])
+        self._consumer.assign([TopicPartition(self.topic.name, p, OFFSET_BEGINNING)
+                               for p in range(self.topic.partitions)])
         while not self._stop.is_set():
             for msg in self._consumer.consume(500, 0.2):
                 if msg.error() is not None:
@@ -131,26 +151,31 @@ class ContinuousReader:
         assert not self._thread.is_alive(), "the reader did not stop"
 
 
-def _all_in_sync(cluster: Cluster) -> bool:
-    """Every live broker sees every partition led and fully in sync (a healed broker may still
-    show what it saw before its cut)."""
+def _all_in_sync(cluster: Cluster, topic: CampaignTopic) -> bool:
+    """Every live broker sees every partition of the topic led, and every partition the faults
+    aim at led and fully in sync (a healed broker may still show what it saw before its cut)."""
     for node in cluster.brokers:
         if not node.alive:
             continue
-        state = partition_state(node, TOPIC)
-        if len(state) != PARTITIONS or not all(leader >= 0 and len(isr) == 3
-                                               for leader, _, isr in state.values()):
+        written = partition_state(node, topic.name)
+        if len(written) != topic.partitions or any(leader < 0 for leader, _, _ in
+                                                   written.values()):
+            return False
+        aimed = (written if topic.aimed_at == topic.name
+                 else partition_state(node, topic.aimed_at))
+        if len(aimed) != topic.aimed_at_partitions or not all(
+                leader >= 0 and len(isr) == 3 for leader, _, isr in aimed.values()):
             return False
     return True
 
 
-def _target(cluster: Cluster, rng: random.Random, fault: str) -> Node:
+def _target(cluster: Cluster, rng: random.Random, fault: str, topic: CampaignTopic) -> Node:
     role = fault.split()[1]
     if role == "controller":
         return cluster.nodes[cluster.wait_for_leader(list(cluster.nodes.values()))]
     node = next(n for n in cluster.brokers if n.alive)
-    state = partition_state(node, TOPIC)
-    leader, replicas, _ = state[rng.randrange(PARTITIONS)]
+    state = partition_state(node, topic.aimed_at)
+    leader, replicas, _ = state[rng.randrange(topic.aimed_at_partitions)]
     if role == "leader":  # none while it recovers (FAULT_OVERLAP): any replica
         return cluster.nodes[leader if leader >= 0 else rng.choice(replicas)]
     return cluster.nodes[rng.choice([r for r in replicas if r != leader])]
@@ -191,27 +216,36 @@ def _inject(cluster: Cluster, node: Node, fault: str, rng: random.Random) -> str
     return how
 
 
-def run_campaign(cluster: Cluster, seed: int, rounds: int, overlap: bool = False) -> None:
+def run_campaign(cluster: Cluster, seed: int, rounds: int, overlap: bool = False,
+                 topic: CampaignTopic | None = None,
+                 families: Sequence[Sequence[str]] = (PROCESS_FAULTS, NETWORK_FAULTS),
+                 ) -> list[dict[int, list[tuple[int, bytes]]]]:
+    """Write `topic` while the rounds inject faults, one family after another from a random
+    first one; check the history, and return the final log as each broker reads it."""
+    topic = topic or CampaignTopic()
     rng = random.Random(seed)
+    test_file = os.environ.get("PYTEST_CURRENT_TEST", __file__).split("::")[0]
     replay = (f"replay: FAULT_SEEDS={seed} FAULT_ROUNDS={rounds} FAULT_OVERLAP={int(overlap)} "
-              f"pytest {__file__}")
+              f"pytest {test_file}")
+    print(f"fault campaign on {topic.name}: seed {seed}, {rounds} rounds; {replay}")
     n1 = cluster.brokers[0]
-    create_replicated_topic(n1, TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
-    producer = SequencedProducer(n1, TOPIC)
+    create_replicated_topic(n1, topic.name, topic.partitions, topic.replication_factor,
+                            topic.configs)
+    producer = SequencedProducer(n1, topic.name)
     writer = ContinuousWriter(producer)
-    reader = ContinuousReader(cluster)
+    reader = ContinuousReader(cluster, topic)
     writer.start()
     reader.start()
     history = []
-    first_kind = rng.randrange(2)
+    first_kind = rng.randrange(len(families))
     for round_ in range(rounds):
         time.sleep(rng.uniform(0.5, 2.0))
-        fault = rng.choice((PROCESS_FAULTS, NETWORK_FAULTS)[(first_kind + round_) % 2])
-        node = _target(cluster, rng, fault)
+        fault = rng.choice(families[(first_kind + round_) % len(families)])
+        node = _target(cluster, rng, fault, topic)
         how = _inject(cluster, node, fault, rng)
         history.append(f"{fault} {node.node_id} ({how})")
         if not overlap or round_ == rounds - 1:
-            wait_until(lambda: _all_in_sync(cluster), 60,
+            wait_until(lambda: _all_in_sync(cluster, topic), 60,
                        f"every replica back in sync after {history} ({replay})")
     writer.stop()
     reader.stop()
@@ -219,15 +253,16 @@ def run_campaign(cluster: Cluster, seed: int, rounds: int, overlap: bool = False
           f"{sum(map(len, reader.observed.values()))} read during the faults")
     assert producer.failed == [], (producer.failed[:5], history, replay)
     # Every broker is a bootstrap for one reader; they must agree on every offset.
-    reads = [read_all(node, TOPIC, len(producer.acked)) for node in cluster.brokers]
+    reads = [read_all(node, topic.name, len(producer.acked)) for node in cluster.brokers]
     problems = {**check_history(producer.acked, reads),
                 **check_reads_during_faults(reader.observed, reads[0])}
     assert problems == {"lost": 0, "duplicated": 0, "moved": 0, "inconsistent": 0,
                         "skipped": 0, "nonmonotonic": 0, "phantom": 0}, (
         problems, history, replay, reader.errors[:5])
+    return reads
 
 
-@pytest.mark.parametrize("seed", _seeds())
+@pytest.mark.parametrize("seed", fault_seeds())
 def test_no_acknowledged_write_is_lost_nor_read_skipped_through_kills_pauses_and_cuts(
         cluster_factory: Any, seed: int) -> None:
     cluster: Cluster = cluster_factory(combined=3, extra={

@@ -26,9 +26,14 @@ is retried with backoff; on one broker every owner is local.
 
 Snapshots: every diskless.metadata.snapshot.interval.records applied records a shard copies its
 database with SQLite's backup API in a worker thread to
-`<metadata.log.dir>/diskless/snapshots/<id>-<applied offset>.sqlite`, keeps the newest two and
-moves its partition's log start offset past the applied offset. A shard whose database is
-missing or behind the log start restores the newest snapshot, then replays the log after it.
+`<metadata.log.dir>/diskless/snapshots/<id>-<applied offset>.sqlite`, keeps the newest two,
+uploads it to the object store (snapshots.py) and then moves its partition's log start offset
+past the applied offset. A database missing or behind the log start is restored from the newest
+snapshot, local or downloaded, then the log after it is replayed (`restore_database`, for loads
+and for warm followers alike).
+
+Warm followers (follower.py): the databases of the coordinators this broker follows are kept
+applied up to its replicas' high watermarks, so a new leader's load replays almost nothing.
 Loop-owned.
 """
 
@@ -45,7 +50,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kafka_ext.controller.quorum_controller import DISKLESS_METADATA_TOPIC
+from kafka_ext.coordinator.diskless.follower import WarmFollowers
 from kafka_ext.coordinator.diskless.shard import CommitOutcome, DisklessShard
+from kafka_ext.coordinator.diskless.snapshots import SNAPSHOTS_KEPT, RemoteSnapshots
 from kafka_ext.coordinator.diskless.state import (
     FILE_DELETING,
     FILE_RELEASING,
@@ -62,7 +69,6 @@ from kafka_ext.protocol.records import READ_COMMITTED
 log = logging.getLogger(__name__)
 
 RETENTION_TIMER = "retention"
-SNAPSHOTS_KEPT = 2
 # Retries of a file's handover/deletion while an owner or the object store is unavailable.
 FILE_RETRY_BACKOFF_MIN_S = 0.05
 FILE_RETRY_BACKOFF_MAX_S = 30.0
@@ -137,6 +143,13 @@ class DisklessCoordinator:
             broker, DISKLESS_METADATA_TOPIC, config.diskless_metadata_topic_num_partitions,
             topic_configs, self._new_shard,
             replication_factor=config.diskless_metadata_topic_replication_factor, pipelined=True)
+        # The object store's snapshots (set by DisklessService): any replica can restore.
+        self.remote_snapshots: RemoteSnapshots | None = None
+        # Held while a database file is replaced, by a load or by a follower catching up.
+        self._db_locks: dict[int, asyncio.Lock] = {}
+        self.followers = WarmFollowers(broker, DISKLESS_METADATA_TOPIC, self.db_path,
+                                       self.runtime.leads, clock_ms, self.db_lock,
+                                       self.restore_database)
         self._snapshotting: set[int] = set()
         self._file_tasks: dict[tuple[int, str], asyncio.Task[Any]] = {}
         self._create_topic_task: asyncio.Task[None] | None = None
@@ -145,6 +158,7 @@ class DisklessCoordinator:
 
     async def start(self) -> None:
         await self.runtime.start()
+        self.followers.start()
         try:
             await self.runtime.ensure_topic()
         except KafkaError as exc:
@@ -168,10 +182,19 @@ class DisklessCoordinator:
         if self._create_topic_task is not None:
             self._create_topic_task.cancel()
             await asyncio.gather(self._create_topic_task, return_exceptions=True)
+        await self.followers.stop()
         await self.runtime.stop()
 
+    def db_path(self, coordinator_id: int) -> Path:
+        return self.state_dir / f"{coordinator_id}.sqlite"
+
+    def db_lock(self, coordinator_id: int) -> asyncio.Lock:
+        return self._db_locks.setdefault(coordinator_id, asyncio.Lock())
+
     def _new_shard(self, partition: int) -> DisklessShard:
-        return DisklessShard(partition, self.state_dir / f"{partition}.sqlite",
+        # This node starts leading the coordinator: its database is the shard's from now on.
+        self.followers.release(partition)
+        return DisklessShard(partition, self.db_path(partition),
                              on_applied=self._applied, on_loaded=self._shard_loaded,
                              on_unloaded=self._shard_unloaded, prepare=self._prepare_database,
                              clock_ms=self.clock_ms)
@@ -748,9 +771,17 @@ class DisklessCoordinator:
         await self.broker.run_blocking(lambda: tmp.replace(target))
         for _, old in self.snapshot_paths(cid)[:-SNAPSHOTS_KEPT]:
             await self.broker.run_blocking(lambda old=old: remove_database(old))
-        if applied >= 0 and self._current(shard) and self._sole_replica(cid):
-            # Pruning the log is safe only where the snapshot is: a follower that becomes the
-            # leader has no copy of this file and rebuilds its database from the log.
+        uploaded = False
+        if self.remote_snapshots is not None and applied >= 0:
+            try:
+                await self.remote_snapshots.upload(cid, applied, target)
+                uploaded = True
+            except OSError as exc:  # ObjectStoreError included
+                log.warning("diskless coordinator %d: snapshot at offset %d not uploaded, so "
+                            "its log is not pruned: %s", cid, applied, exc)
+        # Pruning the log is safe only where every replica can get the snapshot: from the
+        # object store, or when this broker is the only replica.
+        if applied >= 0 and self._current(shard) and (uploaded or self._sole_replica(cid)):
             hosted = self.broker.replica_manager.partitions.get((DISKLESS_METADATA_TOPIC, cid))
             if hosted is not None:
                 hosted.log.delete_records_before(min(applied + 1, hosted.log.high_watermark))
@@ -759,7 +790,8 @@ class DisklessCoordinator:
                 remove_files = getattr(self.broker, "remove_deleted_segment_files", None)
                 if remove_files is not None:
                     await remove_files()
-        log.info("diskless coordinator %d: snapshot at offset %d", cid, applied)
+        log.info("diskless coordinator %d: snapshot at offset %d%s", cid, applied,
+                 " (uploaded)" if uploaded else "")
         return applied
 
     def _sole_replica(self, coordinator_id: int) -> bool:
@@ -769,29 +801,50 @@ class DisklessCoordinator:
 
     async def _prepare_database(self, shard: DisklessShard, log_start_offset: int,
                                 log_end_offset: int) -> None:
-        """Before a load: restore the newest usable snapshot when the database is missing,
-        unreadable or behind the log start; drop one ahead of the log (another log's)."""
-        snapshots = [(o, p) for o, p in self.snapshot_paths(shard.coordinator_id)
-                     if log_start_offset - 1 <= o < log_end_offset]
+        """Before a load: make the database one the log continues (restore_database)."""
+        async with self.db_lock(shard.coordinator_id):
+            await self.restore_database(shard.coordinator_id, log_start_offset, log_end_offset)
 
-        def prepare() -> None:
-            applied = _applied_offset_of(shard.db_path)
-            if applied is not None and applied >= log_end_offset:
-                log.warning("%s is ahead of its log (offset %d >= %d); rebuilding it",
-                            shard.db_path, applied, log_end_offset)
-                applied = None
-            if applied is not None and applied >= log_start_offset - 1:
-                return
-            remove_database(shard.db_path)
-            if snapshots:
-                offset, path = snapshots[-1]
-                backup_database(path, shard.db_path)
-                log.info("restored %s from snapshot %s", shard.db_path, path)
+    async def restore_database(self, coordinator_id: int, log_start_offset: int,
+                               log_end_offset: int) -> bool:
+        """Keep the coordinator's database if the log continues it; else restore the newest
+        snapshot the log continues, local or from the object store; else leave it empty (a
+        replay from the log start, with the state before a pruned start lost). A database
+        ahead of the log (another log's) is dropped. Returns whether the database is usable.
+        Call under db_lock."""
+        path = self.db_path(coordinator_id)
+        applied = await self.broker.run_blocking(lambda: _applied_offset_of(path))
+        if applied is not None and applied >= log_end_offset:
+            log.warning("%s is ahead of its log (offset %d >= %d); rebuilding it",
+                        path, applied, log_end_offset)
+            applied = None
+        if applied is not None and applied >= log_start_offset - 1:
+            return True
+        low, high = log_start_offset - 1, log_end_offset - 1
+        local = [p for o, p in self.snapshot_paths(coordinator_id) if low <= o <= high]
+        source = local[-1] if local else None
+        download = self.snapshot_dir / f"{coordinator_id}-download.sqlite"
+        if source is None and self.remote_snapshots is not None:
+            try:
+                if await self.remote_snapshots.download_newest(coordinator_id, low, high,
+                                                               download) is not None:
+                    source = download
+            except OSError as exc:  # ObjectStoreError included
+                log.error("diskless coordinator %d: snapshot download failed: %s",
+                          coordinator_id, exc)
+
+        def restore() -> None:
+            remove_database(path)
+            if source is not None:
+                backup_database(source, path)
+                log.info("restored %s from snapshot %s", path, source)
             elif log_start_offset > 0:
                 log.error("%s: no snapshot covers the pruned log before offset %d; the state "
-                          "before it is lost", shard.db_path, log_start_offset)
+                          "before it is lost", path, log_start_offset)
+            remove_database(download)
 
-        await self.broker.run_blocking(prepare)
+        await self.broker.run_blocking(restore)
+        return source is not None or log_start_offset == 0
 
 
 def _applied_offset_of(path: Path) -> int | None:

@@ -263,17 +263,19 @@ class DisklessStore:
 
     # -- apply --------------------------------------------------------------------------------
 
-    def apply(self, records: Iterable[tuple[int, DisklessRecord]], now_ms: int) -> AppliedChanges:
-        """Apply replicated records and store the last one's offset, in one transaction."""
+    def apply(self, records: Iterable[tuple[int, DisklessRecord]], now_ms: int,
+              through_offset: int = -1) -> AppliedChanges:
+        """Apply replicated records and store the last one's offset (or `through_offset`, when
+        records up to it were skipped), in one transaction."""
         changes = AppliedChanges(set(), [])
         touched_files: set[int] = set()
         db = self._db
         db.execute("BEGIN")
         try:
-            last = self.applied_offset
+            last = max(self.applied_offset, through_offset)
             for offset, record in records:
                 self._apply_one(record, now_ms, changes, touched_files)
-                last = offset
+                last = max(last, offset)
             if touched_files:
                 changes.released_files = self._release_empty_files(touched_files)
             db.execute("INSERT INTO meta (name, value) VALUES ('applied_offset', ?) "

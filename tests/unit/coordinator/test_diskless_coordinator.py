@@ -12,7 +12,9 @@ from typing import Any
 
 from kafka_ext.controller.quorum_controller import TopicCreation
 from kafka_ext.coordinator.diskless import DISKLESS_METADATA_TOPIC, DisklessCoordinator
+from kafka_ext.coordinator.diskless.snapshots import RemoteSnapshots
 from kafka_ext.coordinator.diskless.state import backup_database, remove_database
+from kafka_ext.diskless.object_store import ObjectStore
 from kafka_ext.diskless.service import DisklessService
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.messages import registry
@@ -56,6 +58,7 @@ class Harness:
         self.clock = Clock()
         self.deleted: list[str] = []
         self.coordinator: DisklessCoordinator = None  # type: ignore[assignment]
+        self.snapshot_store: ObjectStore | None = None  # where snapshots are uploaded, if set
 
     async def start(self) -> None:
         await self.broker.start()
@@ -64,6 +67,9 @@ class Harness:
     async def start_coordinator(self) -> None:
         self.coordinator = DisklessCoordinator(self.broker, clock_ms=self.clock)
         self.coordinator.delete_object = self.delete_object
+        if self.snapshot_store is not None:
+            self.coordinator.remote_snapshots = RemoteSnapshots(self.snapshot_store,
+                                                                self.broker.run_blocking)
         await self.coordinator.start()
         await until(lambda: self.coordinator.hosts(0) and self.coordinator.hosts(1))
 

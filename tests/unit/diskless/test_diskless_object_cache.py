@@ -18,7 +18,7 @@ def _service(tmp_path: Path, node_id: int, cache_max_bytes: int) -> DisklessServ
         "log.dirs": str(tmp_path / f"node{node_id}"),
         "diskless.storage.url": f"file://{tmp_path / 'objects'}",  # one store, shared
         "diskless.fetch.cache.max.bytes": str(cache_max_bytes)})
-    broker = SimpleNamespace(config=config, node_id=node_id,
+    broker = SimpleNamespace(config=config, node_id=node_id, run_blocking=asyncio.to_thread,
                              diskless_coordinator=SimpleNamespace())
     return DisklessService(broker)
 
