@@ -45,6 +45,7 @@ from kafka_ext.server.authorization import (
     authorized_topics,
     cluster_authorized,
     group_authorized,
+    topic_authorized,
     transactional_id_authorized,
 )
 from kafka_ext.server.dispatcher import RequestContext
@@ -127,9 +128,14 @@ def _find_diskless(ctx: RequestContext, key: str
     """The leader of the `__diskless_metadata` partition numbered `key` (a coordinator id).
 
     The topic is created by the diskless coordinator at start, not here: a broker asking
-    before it exists gets COORDINATOR_NOT_AVAILABLE and retries.
+    before it exists gets COORDINATOR_NOT_AVAILABLE and retries. The answer says which broker
+    leads that partition, as Metadata on the topic would: it needs DESCRIBE on the topic.
     """
     no_node = (-1, "", -1)
+    if not topic_authorized(ctx, AclOperation.DESCRIBE, DISKLESS_METADATA_TOPIC):
+        return (ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                f"DESCRIBE on {DISKLESS_METADATA_TOPIC} is needed to find its coordinators",
+                no_node)
     if not key.isdigit() or not key.isascii():
         return ErrorCode.INVALID_REQUEST, f"not a diskless coordinator id: {key!r}", no_node
     topic = ctx.broker.controller.image.topics_by_name.get(DISKLESS_METADATA_TOPIC)

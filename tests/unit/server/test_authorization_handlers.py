@@ -122,12 +122,14 @@ async def _commit(broker: Broker, user: str, group: str, *topics: str, version: 
 
 # -- groups ------------------------------------------------------------------------------------
 
-async def test_find_coordinator_needs_describe_on_the_group_or_the_transactional_id(
+async def test_find_coordinator_needs_describe_on_the_group_transactional_id_or_topic(
         broker: Broker) -> None:
     for key_type, key, user, expected in [(0, "alice-g", "bob", GROUP_DENIED),
                                           (0, "alice-g", "alice", ErrorCode.NONE),
                                           (1, "alice-txn", "bob", TXN_DENIED),
-                                          (1, "alice-txn", "alice", ErrorCode.NONE)]:
+                                          (1, "alice-txn", "alice", ErrorCode.NONE),
+                                          # a diskless coordinator: DESCRIBE on its topic
+                                          (100, "0", "bob", ErrorCode.TOPIC_AUTHORIZATION_FAILED)]:
         answer = await _call(broker, user, ApiKey.FIND_COORDINATOR, 4, key_type=key_type,
                              coordinator_keys=[key])
         [found] = answer.coordinators

@@ -289,7 +289,7 @@ async def test_find_coordinator_locates_a_diskless_coordinator_by_its_id(
 async def test_find_coordinator_before_the_metadata_topic_exists_is_retriable() -> None:
     # A stand-in broker whose (real, empty) image has no __diskless_metadata yet.
     broker = SimpleNamespace(controller=SimpleNamespace(image=MetadataImage()),
-                             live_nodes=lambda: [])
+                             live_nodes=lambda: [], authorizer=None)
     ctx = RequestContext(header=None, api_version=3, broker=broker,  # type: ignore[arg-type]
                          connection=None)  # type: ignore[arg-type]
     cls = _reg["FindCoordinatorRequest"].cls
