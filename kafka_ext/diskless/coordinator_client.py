@@ -6,7 +6,8 @@ it, else the same API over the wire (DisklessCommitFile, FindBatches, ListOffset
 CreatePartitions, DeleteTopics, DescribeFiles, and Kafka's DescribeProducers for the producer
 state of a diskless partition). Entries answered NOT_COORDINATOR, loading, not
 available or timed out, and parts whose leader could not be reached, are sent again to the
-leader the metadata names then, with backoff, until the call's deadline.
+leader the metadata names then, with backoff, until the call's deadline; a new leader in the
+metadata ends the wait at once, so a failover costs detection, not detection plus backoff.
 
 Retrying a commit is safe: a coordinator answers a WAL object it already committed with the
 offsets it assigned then, and never commits it again (DisklessShard.commit_file). A commit whose
@@ -85,6 +86,23 @@ class CoordinatorClient:
         self.broker = broker
         self.local = local
         self.timeout_s = timeout_s
+        # Set (and replaced) when a coordinator's leader changes: calls waiting to retry go.
+        self._leaders_changed = asyncio.Event()
+
+    def on_image(self, old: Any, new: Any) -> None:
+        """Controller listener (through DisklessService): wake retries when a coordinator's
+        leader changes."""
+        if _coordinator_leaders(old) != _coordinator_leaders(new):
+            self._leaders_changed.set()
+            self._leaders_changed = asyncio.Event()
+
+    async def _wait_to_retry(self, backoff_s: float) -> None:
+        """The backoff, cut short by a change of coordinator leaders."""
+        changed = self._leaders_changed
+        try:
+            await asyncio.wait_for(changed.wait(), backoff_s)
+        except TimeoutError:
+            pass
 
     # -- routing ------------------------------------------------------------------------------
 
@@ -171,7 +189,7 @@ class CoordinatorClient:
                             "no leader of the diskless coordinator answered in time"))
                         results[i] = failed(entries[i], code, message)
                 break
-            await asyncio.sleep(backoff)
+            await self._wait_to_retry(backoff)
             backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
             pending = retry
         return [r for r in results if r is not None]
@@ -401,3 +419,7 @@ def _failure_of(exc: BaseException, leader: int) -> tuple[ErrorCode, str]:
     log.error("diskless coordinator call to broker %d failed", leader, exc_info=exc)
     return ErrorCode.UNKNOWN_SERVER_ERROR, f"broker {leader}: {type(exc).__name__}"
 
+
+def _coordinator_leaders(image: Any) -> dict[int, int]:
+    topic = None if image is None else image.topics_by_name.get(DISKLESS_METADATA_TOPIC)
+    return {} if topic is None else {p: part.leader for p, part in topic.partitions.items()}

@@ -333,6 +333,7 @@ class DisklessService:
 
     def _on_image(self, old: MetadataImage | None, new: MetadataImage) -> None:
         self._reconcile_wakeup.set()
+        self.client.on_image(old, new)
 
     async def _reconcile_forever(self) -> None:
         """Keep the coordinators' partitions in line with the image; retries what failed."""

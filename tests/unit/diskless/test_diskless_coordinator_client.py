@@ -4,6 +4,7 @@ retried against the leader the metadata names next, until the deadline."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -147,3 +148,30 @@ async def test_a_non_retriable_answer_is_returned_as_is() -> None:
     assert len(c.sent) == 1
     [unknown] = (await c.client.commit_file(commit(5))).batches  # no coordinator owns it
     assert unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_a_new_leader_in_the_metadata_ends_the_retry_backoff_at_once() -> None:
+    c = Cluster({0: 2, 1: 2})
+    c.client.timeout_s = 60.0
+
+    def down(body: Any) -> Any:
+        raise ConnectionError("broker 2 is down")
+
+    c.remote[2] = down
+    c.remote[3] = lambda body: ok(body, 700)
+    call = asyncio.create_task(c.client.commit_file(commit(0)))
+    # Let the backoff grow to its cap against the dead leader (a second per retry after that).
+    while len(c.sent) < 6:
+        await asyncio.sleep(0.01)
+    old = c.broker.controller.image
+    c.broker.controller.image = image_with_leaders({0: 3, 1: 3})
+    c.client.on_image(old, c.broker.controller.image)
+    # The very next scheduling rounds retry at the new leader: no backoff left to wait out.
+    for _ in range(20):
+        if call.done():
+            break
+        await asyncio.sleep(0)
+    assert call.done(), "the retry waited for its backoff despite the new leader"
+    response = call.result()
+    assert [(b.error_code, b.assigned_base_offset) for b in response.batches] == [(0, 700)]
+    assert c.sent[-1][0] == 3
