@@ -96,13 +96,14 @@ class CoordinatorClient:
             self._leaders_changed.set()
             self._leaders_changed = asyncio.Event()
 
-    async def _wait_to_retry(self, backoff_s: float) -> None:
-        """The backoff, cut short by a change of coordinator leaders."""
+    async def _wait_to_retry(self, backoff_s: float) -> bool:
+        """The backoff, cut short by a change of coordinator leaders; True when it was."""
         changed = self._leaders_changed
         try:
             await asyncio.wait_for(changed.wait(), backoff_s)
         except TimeoutError:
-            pass
+            return False
+        return True
 
     # -- routing ------------------------------------------------------------------------------
 
@@ -189,8 +190,12 @@ class CoordinatorClient:
                             "no leader of the diskless coordinator answered in time"))
                         results[i] = failed(entries[i], code, message)
                 break
-            await self._wait_to_retry(backoff)
-            backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+            if await self._wait_to_retry(backoff):
+                # A new leader is likely still loading the coordinator: start the backoff over
+                # rather than wait out the long one the old leader's silence built up.
+                backoff = RETRY_BACKOFF_S
+            else:
+                backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
             pending = retry
         return [r for r in results if r is not None]
 

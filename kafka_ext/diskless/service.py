@@ -157,7 +157,10 @@ class DisklessService:
                 timestamps=TimestampBounds.around(int(time.time() * 1000),
                                                   config.message_timestamp_before_max_ms,
                                                   config.message_timestamp_after_max_ms))
-        return await self.writer.append(self.topic_id(topic), partition, memoryview(records))
+        result = await self.writer.append(self.topic_id(topic), partition, memoryview(records))
+        # Fetches waiting here on the partition: its coordinator may lead elsewhere.
+        self.broker.replica_manager.notify_data(topic, partition)
+        return result
 
     # -- fetch -------------------------------------------------------------------------------
 

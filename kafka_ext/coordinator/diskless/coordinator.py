@@ -149,7 +149,7 @@ class DisklessCoordinator:
         self._db_locks: dict[int, asyncio.Lock] = {}
         self.followers = WarmFollowers(broker, DISKLESS_METADATA_TOPIC, self.db_path,
                                        self.runtime.leads, clock_ms, self.db_lock,
-                                       self.restore_database)
+                                       self.restore_database, self._notify_fetches)
         self._snapshotting: set[int] = set()
         self._file_tasks: dict[tuple[int, str], asyncio.Task[Any]] = {}
         self._create_topic_task: asyncio.Task[None] | None = None
@@ -548,12 +548,7 @@ class DisklessCoordinator:
 
     def _applied(self, shard: DisklessShard, changes: AppliedChanges) -> None:
         """Wake fetches of changed partitions, start file releases, maybe snapshot."""
-        notify = self.broker.replica_manager.notify_data
-        for topic_id, partition in changes.partitions:
-            state = shard.partitions.get((topic_id, partition))
-            name = state.topic_name if state is not None else self._topic_name(topic_id)
-            if name is not None:
-                notify(name, partition)
+        self._notify_fetches(changes)
         if shard.loaded:
             for key in changes.released_files:
                 self._start_file_task(shard, key, self._release_file(shard, key))
@@ -561,6 +556,14 @@ class DisklessCoordinator:
                 and shard.coordinator_id not in self._snapshotting):
             self._snapshotting.add(shard.coordinator_id)
             self.runtime.spawn(self._snapshot_logged(shard))
+
+    def _notify_fetches(self, changes: AppliedChanges) -> None:
+        """Wake the fetches waiting on this broker for partitions with new data or start."""
+        notify = self.broker.replica_manager.notify_data
+        for topic_id, partition in changes.partitions:
+            name = self._topic_name(topic_id)
+            if name is not None:
+                notify(name, partition)
 
     def _shard_loaded(self, shard: DisklessShard) -> None:
         """Resume file work the database records and arm the retention timer."""

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka_ext.coordinator.diskless.records import DisklessRecord, decode
-from kafka_ext.coordinator.diskless.state import DisklessStore
+from kafka_ext.coordinator.diskless.state import AppliedChanges, DisklessStore
 from kafka_ext.protocol.errors import DecodeError
 from kafka_ext.protocol.record_batch import iter_batch_headers
 from kafka_ext.protocol.records import decode_records
@@ -48,6 +48,7 @@ class WarmFollowers:
                  led_here: Callable[[int], bool], clock_ms: Callable[[], int],
                  db_lock: Callable[[int], asyncio.Lock] | None = None,
                  restore: Callable[[int, int, int], Awaitable[bool]] | None = None,
+                 on_applied: Callable[[AppliedChanges], None] | None = None,
                  interval_s: float = CATCH_UP_INTERVAL_S) -> None:
         self.broker = broker
         self.topic = topic
@@ -58,6 +59,7 @@ class WarmFollowers:
         # (coordinator id, log start, log end) -> usable: replaces a database the log no
         # longer continues with a snapshot (DisklessCoordinator.restore_database).
         self._restore = restore
+        self._on_applied = on_applied  # wakes fetches waiting here on the changed partitions
         self.interval_s = interval_s
         self._stores: dict[int, DisklessStore] = {}
         self._restore_not_before: dict[int, float] = {}  # monotonic time, after a failure
@@ -126,13 +128,15 @@ class WarmFollowers:
             try:
                 # Through the last offset read: records the leader's replay skips too
                 # (undecodable, unknown types) must not hold the applied offset back.
-                store.apply(records, self._clock_ms(), through_offset=last_read)
+                changes = store.apply(records, self._clock_ms(), through_offset=last_read)
             except sqlite3.Error as exc:
                 log.error("diskless coordinator %d: follower apply at offset %d failed: %s",
                           coordinator_id, offset, exc)
                 return count
             count += len(records)
             self.records_applied += len(records)
+            if self._on_applied is not None:
+                self._on_applied(changes)
             await asyncio.sleep(0)
             if self._stores.get(coordinator_id) is not store:
                 return count

@@ -13,7 +13,7 @@ from kafka_ext.coordinator.diskless.snapshots import (
     RemoteSnapshots,
     snapshot_key,
 )
-from kafka_ext.coordinator.diskless.state import remove_database
+from kafka_ext.coordinator.diskless.state import AppliedChanges, remove_database
 from kafka_ext.diskless.object_store import ObjectStore
 from tests.unit.coordinator.test_diskless_coordinator import Harness, _workload, batch, until
 
@@ -26,10 +26,13 @@ async def test_a_follower_database_is_kept_warm_and_the_load_replays_nothing(
     for c in (0, 1):
         remove_database(h.db_path(c))
     led: set[int] = set()
+    changed: list[AppliedChanges] = []
     followers = WarmFollowers(h.broker, "__diskless_metadata", h.coordinator.db_path,
-                              led.__contains__, h.clock)
+                              led.__contains__, h.clock, on_applied=changed.append)
     applied = await followers.catch_up_all()
     assert applied == sum(h.metadata_log(c).high_watermark for c in (0, 1))
+    # What each round changed is told (the coordinator wakes fetches waiting on it).
+    assert set().union(*(c.partitions for c in changed)) == {(tid, p) for p in range(3)}
     assert await followers.catch_up_all() == 0  # nothing new
     await followers.stop()
     assert [h.applied_offset(c) for c in (0, 1)] == [

@@ -157,8 +157,16 @@ async def test_a_new_leader_in_the_metadata_ends_the_retry_backoff_at_once() -> 
     def down(body: Any) -> Any:
         raise ConnectionError("broker 2 is down")
 
+    loading = {"answers": 1}
+
+    def new_leader(body: Any) -> Any:  # still loading the coordinator when first asked
+        if loading["answers"]:
+            loading["answers"] -= 1
+            return refused(body, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        return ok(body, 700)
+
     c.remote[2] = down
-    c.remote[3] = lambda body: ok(body, 700)
+    c.remote[3] = new_leader
     call = asyncio.create_task(c.client.commit_file(commit(0)))
     # Let the backoff grow to its cap against the dead leader (a second per retry after that).
     while len(c.sent) < 6:
@@ -166,12 +174,13 @@ async def test_a_new_leader_in_the_metadata_ends_the_retry_backoff_at_once() -> 
     old = c.broker.controller.image
     c.broker.controller.image = image_with_leaders({0: 3, 1: 3})
     c.client.on_image(old, c.broker.controller.image)
-    # The very next scheduling rounds retry at the new leader: no backoff left to wait out.
+    # The next scheduling rounds retry at the new leader, and its "still loading" answer is
+    # retried after the first, short backoff again, not the 1 s one the dead leader built up.
     for _ in range(20):
-        if call.done():
+        if c.sent[-1][0] == 3:
             break
         await asyncio.sleep(0)
-    assert call.done(), "the retry waited for its backoff despite the new leader"
-    response = call.result()
+    assert c.sent[-1][0] == 3, "the retry waited for its backoff despite the new leader"
+    response = await asyncio.wait_for(call, 0.5)
     assert [(b.error_code, b.assigned_base_offset) for b in response.batches] == [(0, 700)]
     assert c.sent[-1][0] == 3
