@@ -28,7 +28,7 @@ Snapshots: every diskless.metadata.snapshot.interval.records applied records a s
 database with SQLite's backup API in a worker thread to
 `<metadata.log.dir>/diskless/snapshots/<id>-<applied offset>.sqlite`, keeps the newest two,
 uploads it to the object store (snapshots.py) and then moves its partition's log start offset
-past the applied offset. A database missing or behind the log start is restored from the newest
+past the previous uploaded snapshot (past this one when it is the only replica). A database missing or behind the log start is restored from the newest
 snapshot, local or downloaded, then the log after it is replayed (`restore_database`, for loads
 and for warm followers alike).
 
@@ -774,20 +774,25 @@ class DisklessCoordinator:
         await self.broker.run_blocking(lambda: tmp.replace(target))
         for _, old in self.snapshot_paths(cid)[:-SNAPSHOTS_KEPT]:
             await self.broker.run_blocking(lambda old=old: remove_database(old))
+        # Pruning the log is safe only up to a snapshot every replica can get: one in the
+        # object store, or this one when this broker is the only replica. With several, the log
+        # is kept back to the previous uploaded snapshot, so a follower a little behind this
+        # one catches up from its log rather than downloading a snapshot.
+        prune_to = applied if self._sole_replica(cid) else -1
         uploaded = False
         if self.remote_snapshots is not None and applied >= 0:
             try:
-                await self.remote_snapshots.upload(cid, applied, target)
+                kept = await self.remote_snapshots.upload(cid, applied, target)
                 uploaded = True
+                if prune_to < 0:
+                    prune_to = max((o for o in kept if o < applied), default=-1)
             except OSError as exc:  # ObjectStoreError included
                 log.warning("diskless coordinator %d: snapshot at offset %d not uploaded, so "
                             "its log is not pruned: %s", cid, applied, exc)
-        # Pruning the log is safe only where every replica can get the snapshot: from the
-        # object store, or when this broker is the only replica.
-        if applied >= 0 and self._current(shard) and (uploaded or self._sole_replica(cid)):
+        if prune_to >= 0 and self._current(shard):
             hosted = self.broker.replica_manager.partitions.get((DISKLESS_METADATA_TOPIC, cid))
             if hosted is not None:
-                hosted.log.delete_records_before(min(applied + 1, hosted.log.high_watermark))
+                hosted.log.delete_records_before(min(prune_to + 1, hosted.log.high_watermark))
                 await self.broker.run_blocking(
                     self.broker.log_manager.checkpoint_log_start_offsets)
                 remove_files = getattr(self.broker, "remove_deleted_segment_files", None)

@@ -4,11 +4,12 @@ will be able to fetch these snapshots", KIP-630's role here).
 A leader's snapshot (a consistent SQLite copy, `<id>-<applied offset>.sqlite` in its snapshot
 directory) is uploaded to `diskless-snapshots/<id>/<applied offset, 20 digits>.sqlite` in the
 diskless object store, which every broker already reads. Once uploaded, the leader may prune
-its `__diskless_metadata` partition up to the snapshot, even with several replicas: a replica
+its `__diskless_metadata` partition, even with several replicas: a replica
 whose database is missing or behind the pruned log start (a follower that was down, a new
 leader, a replaced disk) downloads the newest snapshot that the log continues and replays the
-log after it. The newest SNAPSHOTS_KEPT per coordinator stay. The orphan scanner lists only
-`wal/`, so it never sees them.
+log after it. The newest SNAPSHOTS_KEPT per coordinator stay, and the log is pruned only up
+to the older of them: a follower a little behind the newest snapshot catches up from its log
+instead of downloading one. The orphan scanner lists only `wal/`, so it never sees them.
 
 A snapshot is read into memory whole to upload and download it (obstore's put and get); the
 database holds batch metadata, not data, so it is small beside the WAL objects.
@@ -52,17 +53,20 @@ class RemoteSnapshots:
                 found.append(int(stem))
         return sorted(found)
 
-    async def upload(self, coordinator_id: int, applied_offset: int, path: Path) -> None:
+    async def upload(self, coordinator_id: int, applied_offset: int, path: Path) -> list[int]:
         """Put the snapshot file, then delete the coordinator's older snapshots beyond the
-        newest SNAPSHOTS_KEPT. Raises ObjectStoreError or OSError when the put fails."""
+        newest SNAPSHOTS_KEPT; returns the offsets kept. Raises ObjectStoreError or OSError
+        when the put fails."""
         data = await self._run_blocking(path.read_bytes)
         await self.store.put(snapshot_key(coordinator_id, applied_offset), data)
-        for old in (await self.offsets(coordinator_id))[:-SNAPSHOTS_KEPT]:
+        offsets = await self.offsets(coordinator_id)
+        for old in offsets[:-SNAPSHOTS_KEPT]:
             try:
                 await self.store.delete(snapshot_key(coordinator_id, old))
             except ObjectStoreError as exc:
                 log.warning("could not delete the old snapshot %s: %s",
                             snapshot_key(coordinator_id, old), exc)
+        return offsets[-SNAPSHOTS_KEPT:]
 
     async def download_newest(self, coordinator_id: int, low: int, high: int,
                               target: Path) -> int | None:

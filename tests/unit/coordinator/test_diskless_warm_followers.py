@@ -111,3 +111,16 @@ async def test_uploaded_snapshots_let_a_replica_without_state_restore_after_prun
     await until(lambda: h.coordinator.hosts(cid))
     assert h.coordinator.runtime.shard(cid).replayed_at_load == 0
     assert await h.view(tid, 3, keys) == before
+
+
+async def test_with_several_replicas_the_log_is_kept_back_to_the_previous_snapshot(
+        h: Harness, tmp_path: Path) -> None:
+    _with_remote_snapshots(h, tmp_path / "objects")
+    h.coordinator._sole_replica = lambda coordinator_id: False  # type: ignore[method-assign]
+    tid, _ = await _workload(h)
+    cid = h.coordinator.coordinator_of(tid, 0)
+    first = await h.coordinator.take_snapshot(cid)
+    assert h.metadata_log(cid).log_start_offset == 0  # one snapshot: nothing older to prune to
+    await h.commit("wal/s", [batch(tid, 0)])
+    await h.coordinator.take_snapshot(cid)
+    assert h.metadata_log(cid).log_start_offset == first + 1
