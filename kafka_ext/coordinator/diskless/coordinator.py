@@ -28,9 +28,9 @@ Snapshots: every diskless.metadata.snapshot.interval.records applied records a s
 database with SQLite's backup API in a worker thread to
 `<metadata.log.dir>/diskless/snapshots/<id>-<applied offset>.sqlite`, keeps the newest two,
 uploads it to the object store (snapshots.py) and then moves its partition's log start offset
-past the previous uploaded snapshot (past this one when it is the only replica). A database missing or behind the log start is restored from the newest
-snapshot, local or downloaded, then the log after it is replayed (`restore_database`, for loads
-and for warm followers alike).
+past the previous uploaded snapshot (past this one when it is the only replica). A database
+missing or behind the log start is restored from the newest snapshot, local or downloaded,
+then the log after it is replayed (`restore_database`, for loads and for warm followers alike).
 
 Warm followers (follower.py): the databases of the coordinators this broker follows are kept
 applied up to its replicas' high watermarks, so a new leader's load replays almost nothing.

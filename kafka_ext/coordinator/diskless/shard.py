@@ -2,9 +2,9 @@
 
 Two layers, as the KIP's "How operations are performed" asks:
 - in memory, per partition, what validation needs: log start offset, next offset (high
-  watermark), producer state (sequences, epochs, open transactions), plus the topics. `replay` updates it at once, so it is the
-  committed state plus every pending (appended, not yet replicated) record, the speculative
-  state the next operation validates against;
+  watermark), producer state (sequences, epochs, open transactions), plus the topics.
+  `replay` updates it at once, so it is the committed state plus every pending (appended, not
+  yet replicated) record, the speculative state the next operation validates against;
 - in SQLite (DisklessStore), the committed state: `replay` queues each record and
   `on_committed` applies the replicated ones with their log offset in one transaction.
 Operations validate and return records without touching the shard. Records at or below the
