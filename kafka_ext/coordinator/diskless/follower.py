@@ -64,7 +64,6 @@ class WarmFollowers:
         self._stores: dict[int, DisklessStore] = {}
         self._restore_not_before: dict[int, float] = {}  # monotonic time, after a failure
         self._task: asyncio.Task[None] | None = None
-        self.records_applied = 0
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -134,7 +133,6 @@ class WarmFollowers:
                           coordinator_id, offset, exc)
                 return count
             count += len(records)
-            self.records_applied += len(records)
             if self._on_applied is not None:
                 self._on_applied(changes)
             await asyncio.sleep(0)

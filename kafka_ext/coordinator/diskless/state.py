@@ -30,13 +30,13 @@ from kafka_ext.coordinator.diskless.records import (
     TOPIC_DELETED,
     DisklessRecord,
 )
+from kafka_ext.protocol.records import ControlRecordType
 from kafka_ext.storage.producer_state import NUM_BATCHES_TO_RETAIN
 
 log = logging.getLogger(__name__)
 
 # File states (SQLite only, never in the log: the log already implies them, as KIP-1164 says).
 LOG_APPEND_TIME = 1  # a batch's timestamp type when the coordinator set its timestamp
-CONTROL_ABORT, CONTROL_COMMIT = 0, 1  # a marker's ControlType (Kafka's control record types)
 FILE_LIVE = "live"  # this shard has (or just had) live batches in the file
 FILE_RELEASING = "releasing"  # its last batch here is gone; asking the other owners
 FILE_DELETING = "deleting"  # nobody needs it: delete the object at deletion_due_ms
@@ -411,7 +411,7 @@ class DisklessStore:
         db = self._db
         row = db.execute("SELECT open_txn_first_offset FROM txn_producers WHERE topic_id = ? "
                          "AND partition = ? AND producer_id = ?", (*key, b.producer_id)).fetchone()
-        if row is not None and row[0] >= 0 and b.control_type == CONTROL_ABORT:
+        if row is not None and row[0] >= 0 and b.control_type == ControlRecordType.ABORT:
             db.execute("INSERT OR REPLACE INTO aborted_txns VALUES (?, ?, ?, ?, ?)",
                        (*key, b.assigned_last_offset, b.producer_id, row[0]))
         db.execute("INSERT INTO txn_producers VALUES (?, ?, ?, ?, ?, -1) ON CONFLICT DO UPDATE "

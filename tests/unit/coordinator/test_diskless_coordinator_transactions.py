@@ -8,10 +8,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from kafka_ext.coordinator.diskless.state import CONTROL_ABORT, CONTROL_COMMIT, remove_database
+from kafka_ext.coordinator.diskless.state import remove_database
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.messages import registry
-from kafka_ext.protocol.records import READ_COMMITTED
+from kafka_ext.protocol.records import READ_COMMITTED, ControlRecordType
 from tests.unit.coordinator.test_diskless_coordinator import (
     NONE,
     T0,
@@ -22,6 +22,7 @@ from tests.unit.coordinator.test_diskless_coordinator import (
     batch,
 )
 
+ABORT, COMMIT = ControlRecordType.ABORT, ControlRecordType.COMMIT
 DescribeProducers = registry()["DescribeProducersRequest"].cls
 
 
@@ -87,13 +88,13 @@ async def test_open_transactions_hold_the_last_stable_offset_until_their_markers
     assert await latest(h, tid, READ_COMMITTED) == 0
     assert await latest(h, tid, 0) == 6
 
-    await h.commit("wal/2", [marker(tid, 0, 7, CONTROL_COMMIT)])  # 6
+    await h.commit("wal/2", [marker(tid, 0, 7, COMMIT)])  # 6
     found = await find_committed(h, tid, 0)
     assert found.last_stable_offset == 3  # producer 8's transaction is still open
     assert [(b.base_offset, b.last_offset) for b in found.batches] == [(0, 1), (2, 2)]
     assert found.aborted_transactions == []
 
-    await h.commit("wal/3", [txn_batch(tid, 0, 8, 3), marker(tid, 0, 8, CONTROL_ABORT)])  # 7, 8
+    await h.commit("wal/3", [txn_batch(tid, 0, 8, 3), marker(tid, 0, 8, ABORT)])  # 7, 8
     found = await find_committed(h, tid, 0)
     assert (found.high_watermark, found.last_stable_offset) == (9, 9)
     assert [(b.base_offset, b.last_offset) for b in found.batches] == [
@@ -108,10 +109,10 @@ async def test_markers_fence_old_producer_and_coordinator_epochs(h: Harness) -> 
     await h.commit("wal/1", [txn_batch(tid, 0, 7, 0, epoch=3)])
     # The coordinator aborted it on timeout with a bumped epoch: the zombie's batch is fenced.
     answers = await h.commit("wal/2", [
-        marker(tid, 0, 7, CONTROL_ABORT, epoch=4, coordinator_epoch=5),
+        marker(tid, 0, 7, ABORT, epoch=4, coordinator_epoch=5),
         txn_batch(tid, 0, 7, 1, epoch=3),
-        marker(tid, 0, 7, CONTROL_COMMIT, epoch=3, coordinator_epoch=5),
-        marker(tid, 0, 7, CONTROL_COMMIT, epoch=4, coordinator_epoch=4),
+        marker(tid, 0, 7, COMMIT, epoch=3, coordinator_epoch=5),
+        marker(tid, 0, 7, COMMIT, epoch=4, coordinator_epoch=4),
     ])
     assert [a.error_code for a in answers] == [
         NONE, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -130,7 +131,7 @@ async def test_transaction_state_survives_a_restart_and_a_rebuild_from_the_log(
         h: Harness) -> None:
     tid = await h.create_topic("t", partitions=1)
     await h.commit("wal/1", [txn_batch(tid, 0, 7, 0, count=2), txn_batch(tid, 0, 8, 0)])
-    await h.commit("wal/2", [marker(tid, 0, 7, CONTROL_ABORT, epoch=1, coordinator_epoch=2)])
+    await h.commit("wal/2", [marker(tid, 0, 7, ABORT, epoch=1, coordinator_epoch=2)])
     await h.commit("wal/3", [txn_batch(tid, 0, 9, 0)])
     before = await txn_view(h, tid)
     assert before[:4] == (5, 2, [(0, 1)], [(7, 0)])
@@ -150,8 +151,8 @@ async def test_transaction_state_survives_a_restart_and_a_rebuild_from_the_log(
 async def test_delete_records_drops_aborted_transactions_below_the_new_start(
         h: Harness) -> None:
     tid = await h.create_topic("t", partitions=1)
-    await h.commit("wal/1", [txn_batch(tid, 0, 7, 0), marker(tid, 0, 7, CONTROL_ABORT)])
-    await h.commit("wal/2", [txn_batch(tid, 0, 8, 0), marker(tid, 0, 8, CONTROL_ABORT)])
+    await h.commit("wal/1", [txn_batch(tid, 0, 7, 0), marker(tid, 0, 7, ABORT)])
+    await h.commit("wal/2", [txn_batch(tid, 0, 8, 0), marker(tid, 0, 8, ABORT)])
     assert [(t.producer_id, t.first_offset)
             for t in (await find_committed(h, tid, 0)).aborted_transactions] == [(7, 0), (8, 2)]
     assert await h.delete_records(tid, 0, 2) == (NONE, 2)
