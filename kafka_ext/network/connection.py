@@ -6,19 +6,24 @@ queue; handlers fill their slot whenever they finish and the head of the queue i
 
 Receiving is a BufferedProtocol cutting frames with network/frames.py: a 1 MiB produce is read
 straight into a (pooled) buffer of its own and never copied on its way in, and a size prefix
-above `socket.request.max.bytes` closes the connection before anything is allocated.
+above `socket.request.max.bytes` (or, before a SASL login, `sasl.server.max.receive.size`)
+closes the connection before anything is allocated. What has arrived of a request, and every
+request until its handler has answered, is charged to the broker's RequestMemoryPool
+(`queued.max.request.bytes`); when it is spent, reading pauses here until memory comes back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kafka_ext.network.frames import FrameAssembler
+from kafka_ext.network.frames import FrameAssembler, FrameBuffer, FrameBufferPool
+from kafka_ext.network.memory_pool import RequestMemoryPool
 from kafka_ext.protocol.framing import FrameTooLarge
 from kafka_ext.security.principal import NoMappingRule
 from kafka_ext.security.session import PLAINTEXT_LISTENER, ListenerSecurity
@@ -49,11 +54,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def __init__(self, handler: FrameHandler, max_request_bytes: int,
                  on_close: Callable[[KafkaConnection], None],
-                 listener: ListenerSecurity = PLAINTEXT_LISTENER) -> None:
+                 listener: ListenerSecurity = PLAINTEXT_LISTENER,
+                 memory: RequestMemoryPool | None = None,
+                 buffers: FrameBufferPool | None = None) -> None:
         self._handler = handler
         self._max_request_bytes = max_request_bytes
         self._on_close = on_close
-        self._frames = FrameAssembler(max_request_bytes, self._start)
+        self._frames = FrameAssembler(max_request_bytes, self._start, buffers)
+        self._memory = memory if memory is not None else RequestMemoryPool(-1)
+        self._queued_bytes = 0  # of the requests whose handlers have not answered yet
+        self._held_bytes = 0  # what this connection has charged to the memory pool
+        self._memory_muted = False
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._transport: asyncio.Transport | None = None
@@ -73,6 +84,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.last_active = time.monotonic()
         # Per-connection state handlers may keep (e.g. SASL, client software name).
         self.state: dict[str, Any] = {}
+        # Called once the connection is lost, whichever side closed it (the active controller
+        # watches the connections brokers heartbeat on: server/broker_lifecycle.py).
+        self.lost_callbacks: list[Callable[[KafkaConnection], None]] = []
         # When the frame being dispatched was complete (time.perf_counter()), set just before
         # its handler runs: the request queue time of server/metrics.py.
         self.received_at = 0.0
@@ -101,7 +115,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         for task in self._tasks:
             task.cancel()
         self._slots.clear()
+        self._frames.close()
+        self._queued_bytes = 0  # the cancelled handlers' frames are freed as they unwind
+        self._charge_memory()
+        self._memory.forget(self)
+        self._transport = None  # no cycle through the transport: the connection dies with it
         self._on_close(self)
+        for callback in self.lost_callbacks:
+            callback(self)
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -122,11 +143,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.warning("closing %s: %s", self.peer, exc.message)
             self.close()
             return
+        self._charge_memory()
         self._update_reading()
 
     # -- requests ----------------------------------------------------------------------------
 
-    def _start(self, frame: bytes | memoryview, buffer: bytearray | None) -> None:
+    def _start(self, frame: bytes | memoryview, buffer: FrameBuffer | None) -> None:
+        self._queued_bytes += len(frame)
         slot = _Slot()
         self._slots.append(slot)
         task = asyncio.get_running_loop().create_task(
@@ -135,7 +158,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, slot: _Slot, frame: bytes | memoryview,
-                   buffer: bytearray | None, received_at: float) -> None:
+                   buffer: FrameBuffer | None, received_at: float) -> None:
         self.received_at = received_at  # the dispatcher reads it before its first await
         try:
             slot.parts = await self._handler(self, frame)
@@ -151,8 +174,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         finally:
             # Handlers keep nothing of a request once they have answered: the bytes are free.
+            size = len(frame)
+            del frame
             if buffer is not None:
                 self._frames.give_back(buffer)
+            if not self.closed:
+                self._queued_bytes -= size
+                self._charge_memory()
         slot.done = True
         self._flush()
 
@@ -175,14 +203,35 @@ class KafkaConnection(asyncio.BufferedProtocol):
         transport = self._transport
         if transport is None or self.closed:
             return
+        self._memory_muted = not self._memory.may_read(self._held_bytes)
+        if self._memory_muted:
+            self._memory.mute(self, self._update_reading)
+        else:
+            self._memory.forget(self)
         should_pause = (self._write_paused or len(self._slots) >= MAX_IN_FLIGHT_REQUESTS
-                        or self._throttle_timer is not None)
+                        or self._throttle_timer is not None or self._memory_muted)
         if should_pause and not self._read_paused:
             transport.pause_reading()
             self._read_paused = True
         elif not should_pause and self._read_paused:
             transport.resume_reading()
             self._read_paused = False
+
+    def _charge_memory(self) -> None:
+        """Bring what this connection has charged to the memory pool up to date."""
+        held = self._queued_bytes + self._frames.partial_frame_bytes
+        if held != self._held_bytes:
+            self._memory.charge(held - self._held_bytes)
+            self._held_bytes = held
+
+    @property
+    def held_bytes(self) -> int:
+        """Request bytes this connection holds: read so far of a frame, or queued."""
+        return self._held_bytes
+
+    @property
+    def muted_for_memory(self) -> bool:
+        return self._memory_muted
 
     # -- client quotas (KIP-219) -------------------------------------------------------------
 
@@ -213,6 +262,26 @@ class KafkaConnection(asyncio.BufferedProtocol):
     @property
     def idle(self) -> bool:
         return not self._slots
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._read_paused
+
+    def peer_gone(self) -> bool:
+        """Whether the peer closed or reset this connection. A transport that is not reading
+        never sees the FIN, so a client that fills the memory pool and leaves would keep its
+        memory until the idle sweep; the socket server asks the socket instead (POLLRDHUP
+        reports the peer's close even while unread bytes sit before it)."""
+        transport = self._transport
+        if transport is None or self.closed:
+            return False
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLRDHUP)
+        return any(events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+                   for _, events in poller.poll(0))
 
     def authenticated(self) -> None:
         """The client has logged in: requests up to socket.request.max.bytes are read now."""

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from kafka_ext.client.probe import PROBE_VERSION, api_versions_request
-from kafka_ext.network.frames import FrameAssembler
+from kafka_ext.network.frames import FrameAssembler, FrameBuffer, FrameBufferPool
 from kafka_ext.protocol.api_keys import NODE_SOFTWARE_NAME, ApiKey
 from kafka_ext.protocol.errors import DecodeError
 from kafka_ext.protocol.framing import SIZE, FrameTooLarge, decode_response, encode_request
@@ -47,12 +47,14 @@ class NodeConnection(asyncio.BufferedProtocol):
 
     def __init__(self, node_id: int, client_id: str) -> None:
         self.node_id = node_id
+        # Told the node id once the connection closes (NodeChannels sets it once connected).
+        self.on_lost: Callable[[int], None] | None = None
         self._client_id = client_id
         self._correlation = itertools.count(1)
         # correlation id -> (api key, version, leased, future of the answer)
         self._pending: dict[int, tuple[int, int, bool, asyncio.Future[Any]]] = {}
-        self._frames = FrameAssembler(MAX_RESPONSE_BYTES, self._answer,
-                                      pooled_buffer_max_bytes=MAX_POOLED_RESPONSE_BYTES)
+        self._buffers = FrameBufferPool(max_buffer_bytes=MAX_POOLED_RESPONSE_BYTES)
+        self._frames = FrameAssembler(MAX_RESPONSE_BYTES, self._answer, self._buffers)
         self._transport: asyncio.Transport | None = None
         self._error: BaseException = ConnectionError(f"connection to node {node_id} closed")
         self.closed = False
@@ -80,7 +82,7 @@ class NodeConnection(asyncio.BufferedProtocol):
             self._error = ConnectionError(f"connection to node {self.node_id} failed: {exc}")
             self._fail()
 
-    def _answer(self, frame: bytes | memoryview, buffer: bytearray | None) -> None:
+    def _answer(self, frame: bytes | memoryview, buffer: FrameBuffer | None) -> None:
         correlation_id = SIZE.unpack_from(frame, 0)[0]
         pending = self._pending.get(correlation_id)
         if pending is None:
@@ -110,9 +112,9 @@ class NodeConnection(asyncio.BufferedProtocol):
         finally:
             self._pending.pop(correlation_id, None)
 
-    def give_back(self, buffer: bytearray | None) -> None:
+    def give_back(self, buffer: FrameBuffer | None) -> None:
         """A leased answer's buffer, of which the caller keeps no view, is free for reuse."""
-        if buffer is not None and not self.closed:
+        if buffer is not None:
             self._frames.give_back(buffer)
 
     def retire(self) -> None:
@@ -125,10 +127,14 @@ class NodeConnection(asyncio.BufferedProtocol):
         if self.closed:
             return
         self.closed = True
+        if self.on_lost is not None:
+            self.on_lost(self.node_id)
         for _, _, _, future in self._pending.values():
             if not future.done():
                 future.set_exception(self._error)
         self._pending.clear()
+        self._frames.close()
+        self._buffers.close()  # answers still leased are unmapped when given back
         if self._transport is not None:
             self._transport.close()
 
@@ -140,7 +146,13 @@ class NodeChannels:
     """Connections to the peers whose addresses `endpoint_of` knows; owned by the event loop."""
 
     def __init__(self, endpoint_of: Callable[[int], tuple[str, int] | None],
-                 client_id: str, security: NodeClientSecurity = PLAINTEXT_CLIENT) -> None:
+                 client_id: str, security: NodeClientSecurity = PLAINTEXT_CLIENT,
+                 on_connection_lost: Callable[[int], None] | None = None) -> None:
+        """`on_connection_lost(node id)`: called when a connection that was open for requests
+        closes, whoever closed it (BrokerLifecycleManager heartbeats again at once); not for
+        one that failed while connecting, so a peer that accepts and drops connections is
+        not dialled in a loop."""
+        self._on_connection_lost = on_connection_lost
         self._endpoint_of = endpoint_of
         self._client_id = client_id
         self._security = security
@@ -217,6 +229,7 @@ class NodeChannels:
         old = self._connections.get(node_id)
         if old is not None:
             await old.close()
+        connection.on_lost = self._on_connection_lost
         self._connections[node_id] = connection
         return connection
 

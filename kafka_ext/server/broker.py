@@ -178,7 +178,8 @@ class Broker:
         self.lifecycle = BrokerLifecycleManager(self)
         self.socket_server = SocketServer(self.dispatcher.handle_frame,
                                           config.socket_request_max_bytes,
-                                          config.connections_max_idle_ms)
+                                          config.connections_max_idle_ms,
+                                          config.queued_max_request_bytes)
         self.controller: QuorumController = None  # type: ignore[assignment]  # set in start()
         self.node_channels = NodeChannels(lambda _: None, f"kafka-ext-node-{config.node_id}")
         # Broker to broker (transaction markers), at their inter-broker listener.

@@ -394,6 +394,12 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
     _d("connections.max.idle.ms", _L, 600000, "Idle connections are closed after this long.", "ms"),
     _d("queued.max.requests", _I, 500,
        "Requests in flight per broker before reading from sockets pauses.", "count", at_least(1)),
+    # Kafka's default is -1 (no limit); ours bounds memory under hostile clients (DESIGN.md
+    # principle 10, docs/security.md "Limits"). -1 still means no limit.
+    _d("queued.max.request.bytes", _L, 268435456,
+       "Request bytes being read and queued across all connections; when spent, reading pauses "
+       "on connections that want more until memory is freed (each connection may always hold "
+       "64 KiB). -1: no limit.", "bytes", at_least(-1)),
     _d("max.connections", _I, INT_MAX, "Connections accepted at once across all listeners.", "count",
        at_least(0)),
     _d("max.connections.per.ip", _I, INT_MAX, "Connections accepted at once from one address.",
@@ -1044,6 +1050,7 @@ class BrokerConfig:
     socket_request_max_bytes: int
     connections_max_idle_ms: int
     queued_max_requests: int
+    queued_max_request_bytes: int
     replica_lag_time_max_ms: int
     group_initial_rebalance_delay_ms: int
     group_min_session_timeout_ms: int
@@ -1454,6 +1461,7 @@ def _assemble(values: dict[str, object], sources: dict[str, ConfigSource],
         socket_request_max_bytes=i("socket.request.max.bytes"),
         connections_max_idle_ms=i("connections.max.idle.ms"),
         queued_max_requests=i("queued.max.requests"),
+        queued_max_request_bytes=i("queued.max.request.bytes"),
         replica_lag_time_max_ms=i("replica.lag.time.max.ms"),
         group_initial_rebalance_delay_ms=i("group.initial.rebalance.delay.ms"),
         group_min_session_timeout_ms=i("group.min.session.timeout.ms"),

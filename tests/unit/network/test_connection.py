@@ -14,6 +14,7 @@ from kafka_ext.network.connection import (
     CloseConnection,
     KafkaConnection,
 )
+from kafka_ext.network.memory_pool import RequestMemoryPool
 
 _SIZE = struct.Struct(">i")  # frame length prefix
 
@@ -367,3 +368,69 @@ async def test_a_shorter_throttle_does_not_cut_a_longer_one() -> None:
     h.conn.close()
     await h.settle(lambda: bool(h.closed_with))
     assert not h.conn.throttled  # the timer went with the connection
+
+
+# -- the memory pool (queued.max.request.bytes) -----------------------------------------------
+
+
+def _pooled_harness(handler: Handler, memory: RequestMemoryPool) -> Harness:
+    h = Harness(handler, max_request_bytes=64 << 20)
+    h.conn = KafkaConnection(handler, 64 << 20, h.closed_with.append, memory=memory)
+    h.transport = RecordingTransport()
+    h.transport.protocol = h.conn
+    h.conn.connection_made(h.transport)  # type: ignore[arg-type]
+    return h
+
+
+async def test_a_lying_prefix_charges_nothing_to_the_memory_pool() -> None:
+    memory = RequestMemoryPool(1 << 20)
+    h = _pooled_harness(_echo, memory)
+    _feed(h.conn, _SIZE.pack(50 << 20) + b"x" * 100)
+    assert memory.used_bytes == h.conn.held_bytes == 100
+    assert h.transport.reading
+
+
+async def test_a_spent_pool_pauses_the_connection_that_wants_more_until_memory_returns() -> None:
+    release = asyncio.Event()
+
+    async def slow(conn: KafkaConnection, frame: bytes) -> list[Any]:
+        await release.wait()
+        return await _echo(conn, frame)
+
+    memory = RequestMemoryPool(1 << 20)
+    holder = _pooled_harness(slow, memory)
+    _feed(holder.conn, _frame(b"a" * (1 << 20)))  # a whole 1 MiB request, queued in its handler
+    assert memory.exhausted and not holder.transport.reading
+    reader = _pooled_harness(_echo, memory)
+    _feed(reader.conn, _SIZE.pack(2 << 20) + b"b" * (128 << 10))  # past its guaranteed share
+    assert not reader.transport.reading and reader.conn.muted_for_memory
+    release.set()
+    await reader.settle(lambda: reader.transport.reading)
+    assert not memory.exhausted and memory.used_bytes == reader.conn.held_bytes == 128 << 10
+
+
+async def test_small_requests_are_read_while_the_pool_is_spent() -> None:
+    """Each connection may hold 64 KiB whatever the pool says: clients parking half-sent
+    large requests cannot stop anyone's metadata or heartbeat requests."""
+    memory = RequestMemoryPool(1 << 20)
+    hog = _pooled_harness(_echo, memory)
+    _feed(hog.conn, _SIZE.pack(8 << 20) + b"x" * (2 << 20))
+    assert memory.exhausted and not hog.transport.reading
+    bystander = _pooled_harness(_echo, memory)
+    for i in range(20):
+        _feed(bystander.conn, _frame(b"small %d" % i))
+        await bystander.settle(lambda: bystander.conn.idle)
+    assert bystander.transport.reading
+    assert _responses(bystander.transport.written) == [b"r:small %d" % i for i in range(20)]
+
+
+async def test_a_closed_connection_gives_its_memory_back_and_wakes_the_muted() -> None:
+    memory = RequestMemoryPool(1 << 20)
+    hog = _pooled_harness(_echo, memory)
+    _feed(hog.conn, _SIZE.pack(8 << 20) + b"x" * (2 << 20))
+    other = _pooled_harness(_echo, memory)
+    _feed(other.conn, _SIZE.pack(8 << 20) + b"y" * (100 << 10))
+    assert not other.transport.reading
+    hog.transport.close()
+    await other.settle(lambda: other.transport.reading)
+    assert memory.used_bytes == 100 << 10 and memory.muted_connections == 0

@@ -1,0 +1,242 @@
+"""Memory under hostile clients: what the broker holds is bounded by what clients actually sent.
+
+Fifty connections at a time abuse one broker (plaintext, TLS, and SASL before login) while a
+stock confluent-kafka producer and consumer exchange numbered messages on their own
+connections; the broker's resident memory (VmRSS) is sampled throughout. DESIGN.md principle
+10 and docs/security.md "Limits": a size prefix costs nothing until its bytes arrive, request
+bytes read and queued share `queued.max.request.bytes`, a client that has not logged in is
+held to `sasl.server.max.receive.size`, and memory goes back once the connections close.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from kafka_ext.client.probe import read_response
+from kafka_ext.protocol.api_keys import ApiKey
+from kafka_ext.protocol.framing import encode_request
+from kafka_ext.protocol.messages import registry
+from kafka_ext.security.sasl import SaslClient
+from tests.integration.conftest import BrokerProcess, free_port, serve_for_module
+from tests.integration.test_bad_input import SteadyTraffic
+from tests.tls_material import TlsMaterial, make_tls_material
+
+ADVERSARIES = 50
+# The broker-wide budget these tests run with (the default is 256 MiB).
+QUEUED_MAX_REQUEST_BYTES = 64 << 20
+PREFIX_ONLY_BYTES = 100 << 20  # socket.request.max.bytes, the default
+STALLED_FRAME_BYTES = 16 << 20  # each adversary sends 90 % of a frame this large, then stalls
+SASL_MAX_RECEIVE_BYTES = 524288  # Kafka's default sasl.server.max.receive.size
+# Stated bounds on the broker's RSS above its level before the adversaries came.
+PREFIX_ONLY_GROWTH_BYTES = 24 << 20  # 50 prefixes: a few KiB per connection, no frame memory
+# The budget, one read of overdraft and the guaranteed 64 KiB per connection, the pooled
+# buffers (32 MiB at most), and the bystanders' own churn: 720 MiB were offered.
+STALLED_GROWTH_BYTES = QUEUED_MAX_REQUEST_BYTES + 64 << 20
+# How near its start RSS must come back once the adversaries have gone, and how soon.
+RETURNED_GROWTH_BYTES = 24 << 20
+RETURN_TIMEOUT_S = 20.0
+SEND_TIMEOUT_S = 8.0  # an adversary stops pushing after this long (it is muted by then)
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'user_alice="alice-secret";')
+_reg = registry()
+
+
+@dataclass
+class HostileBroker:
+    broker: BrokerProcess
+    tls: TlsMaterial
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def rss_bytes(self) -> int:
+        assert self.broker.proc is not None and self.broker.proc.poll() is None, "broker died"
+        with open(f"/proc/{self.broker.proc.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostileBroker]:
+    root = tmp_path_factory.mktemp("memory-bounds")
+    tls = make_tls_material(root / "certs")
+    broker = BrokerProcess(root / "data")
+    ports = {"SSL": free_port(), "SASL_PLAINTEXT": free_port()}
+    broker.overrides.update({
+        "listeners": ",".join([f"PLAINTEXT://127.0.0.1:{broker.port}",
+                               *(f"{name}://127.0.0.1:{port}" for name, port in ports.items())]),
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,"
+                                          "SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "ssl.keystore.location": str(tls.broker.keystore),
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.jaas.config": JAAS,
+        "queued.max.request.bytes": str(QUEUED_MAX_REQUEST_BYTES),
+    })
+    for started in serve_for_module(broker):
+        yield HostileBroker(started, tls, ports)
+
+
+@pytest.fixture
+def traffic(hostile: HostileBroker) -> Iterator[SteadyTraffic]:
+    steady = SteadyTraffic(hostile.broker)
+    steady.wait_for_progress()
+    yield steady
+    steady.close()
+
+
+class Adversary:
+    """One connection that sends `payload` and then sits there; pushes from its own thread,
+    since a muted connection's sends block."""
+
+    def __init__(self, hostile: HostileBroker, listener: str, payload: bytes,
+                 log_in: bool = False) -> None:
+        port = hostile.broker.port if listener == "PLAINTEXT" else hostile.ports[listener]
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        if listener == "SSL":
+            context = ssl.create_default_context(cafile=str(hostile.tls.ca))
+            sock = context.wrap_socket(sock, server_hostname="localhost")
+        if log_in:
+            _log_in(sock)
+        self.sock = sock
+        self.sent = 0
+        self._payload = payload
+        self.thread = threading.Thread(target=self._push, daemon=True)
+        self.thread.start()
+
+    def _push(self) -> None:
+        self.sock.settimeout(0.2)
+        view = memoryview(self._payload)
+        deadline = time.monotonic() + SEND_TIMEOUT_S
+        while self.sent < len(view) and time.monotonic() < deadline:
+            try:
+                self.sent += self.sock.send(view[self.sent:self.sent + (256 << 10)])
+            except (TimeoutError, ssl.SSLWantWriteError):
+                continue
+            except OSError:
+                return  # closed by the broker
+
+    def closed_by_broker(self) -> bool:
+        self.sock.settimeout(5)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionResetError, ssl.SSLError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self, reset: bool = False) -> None:
+        """Close; `reset`: with an RST, as a client's kernel does when it gives up. A client
+        muted by the broker has unsent bytes queued, and its FIN waits behind them: the
+        broker cannot see that close before connections.max.idle.ms (Kafka cannot either)."""
+        self.thread.join(timeout=SEND_TIMEOUT_S + 5)
+        if reset:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.sock.close()
+
+
+def _log_in(sock: socket.socket) -> None:
+    handshake = _reg.requests[ApiKey.SASL_HANDSHAKE].cls(mechanism="PLAIN")
+    sock.sendall(encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "hostile", handshake))
+    assert read_response(sock, ApiKey.SASL_HANDSHAKE, 1)[1].error_code == 0
+    token = SaslClient("PLAIN", "alice", "alice-secret").first()
+    authenticate = _reg.requests[ApiKey.SASL_AUTHENTICATE].cls(auth_bytes=token)
+    sock.sendall(encode_request(ApiKey.SASL_AUTHENTICATE, 2, 2, "hostile", authenticate))
+    assert read_response(sock, ApiKey.SASL_AUTHENTICATE, 2)[1].error_code == 0
+
+
+def _prefix(size: int) -> bytes:
+    return struct.pack(">i", size)
+
+
+def _stalled_frame(size: int) -> bytes:
+    """The size prefix and the first 90 % of a frame of `size` bytes."""
+    return _prefix(size) + b"\x00" * (size * 9 // 10)
+
+
+def _under_attack(hostile: HostileBroker, traffic: SteadyTraffic, adversaries: list[Adversary],
+                  bound_bytes: int, start_rss: int) -> int:
+    """While the adversaries push and sit, the bystanders keep going and RSS stays under the
+    bound; returns the highest growth seen."""
+    peak = 0
+    deadline = time.monotonic() + SEND_TIMEOUT_S + 2
+    while time.monotonic() < deadline:
+        peak = max(peak, hostile.rss_bytes() - start_rss)
+        assert peak < bound_bytes, f"broker RSS grew by {peak >> 20} MiB"
+        traffic.wait_for_progress(5)
+        time.sleep(0.2)
+    return peak
+
+
+def _after_they_leave(hostile: HostileBroker, adversaries: list[Adversary], start_rss: int,
+                      reset: bool = False) -> None:
+    for adversary in adversaries:
+        adversary.close(reset)
+    deadline = time.monotonic() + RETURN_TIMEOUT_S
+    while (growth := hostile.rss_bytes() - start_rss) > RETURNED_GROWTH_BYTES:
+        assert time.monotonic() < deadline, (
+            f"broker RSS still {growth >> 20} MiB above its start {RETURN_TIMEOUT_S}s after "
+            "the connections closed")
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("listener", ["PLAINTEXT", "SSL"])
+def test_fifty_bare_100_mib_prefixes_cost_no_frame_memory(hostile: HostileBroker,
+                                                         traffic: SteadyTraffic,
+                                                         listener: str) -> None:
+    start_rss = hostile.rss_bytes()
+    adversaries = [Adversary(hostile, listener, _prefix(PREFIX_ONLY_BYTES))
+                   for _ in range(ADVERSARIES)]
+    _under_attack(hostile, traffic, adversaries, PREFIX_ONLY_GROWTH_BYTES, start_rss)
+    assert all(a.sent == 4 for a in adversaries)
+    _after_they_leave(hostile, adversaries, start_rss)
+    traffic.finish()
+
+
+@pytest.mark.parametrize("listener", ["PLAINTEXT", "SSL"])
+def test_fifty_stalled_large_frames_hold_no_more_than_the_budget(hostile: HostileBroker,
+                                                               traffic: SteadyTraffic,
+                                                               listener: str) -> None:
+    start_rss = hostile.rss_bytes()
+    payload = _stalled_frame(STALLED_FRAME_BYTES)
+    adversaries = [Adversary(hostile, listener, payload) for _ in range(ADVERSARIES)]
+    _under_attack(hostile, traffic, adversaries, STALLED_GROWTH_BYTES, start_rss)
+    offered = ADVERSARIES * len(payload)
+    pushed = sum(a.sent for a in adversaries)
+    # The broker stopped reading: most of what was offered never left the adversaries.
+    assert pushed < offered // 2, f"{pushed >> 20} of {offered >> 20} MiB were taken"
+    _after_they_leave(hostile, adversaries, start_rss, reset=True)
+    traffic.finish()
+
+
+def test_before_login_a_frame_over_the_sasl_limit_closes_at_its_prefix(
+        hostile: HostileBroker, traffic: SteadyTraffic) -> None:
+    over = [Adversary(hostile, "SASL_PLAINTEXT", _prefix(size))
+            for size in (SASL_MAX_RECEIVE_BYTES + 1, PREFIX_ONLY_BYTES)]
+    assert all(a.closed_by_broker() for a in over)
+    logged_in = Adversary(hostile, "SASL_PLAINTEXT", _prefix(SASL_MAX_RECEIVE_BYTES + 1),
+                          log_in=True)
+    assert not logged_in.closed_by_broker()  # after login, socket.request.max.bytes applies
+    for adversary in [*over, logged_in]:
+        adversary.close()
+    traffic.wait_for_progress(5)
+    traffic.finish()
+
+
+def test_fifty_stalled_frames_before_login_stay_under_the_sasl_limit(
+        hostile: HostileBroker, traffic: SteadyTraffic) -> None:
+    start_rss = hostile.rss_bytes()
+    payload = _stalled_frame(SASL_MAX_RECEIVE_BYTES)
+    adversaries = [Adversary(hostile, "SASL_PLAINTEXT", payload) for _ in range(ADVERSARIES)]
+    # At most 50 x 460 KiB arrive; the budget is not even reached.
+    _under_attack(hostile, traffic, adversaries, ADVERSARIES * SASL_MAX_RECEIVE_BYTES + (24 << 20),
+                  start_rss)
+    _after_they_leave(hostile, adversaries, start_rss)
+    traffic.finish()
