@@ -56,10 +56,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                  on_close: Callable[[KafkaConnection], None],
                  listener: ListenerSecurity = PLAINTEXT_LISTENER,
                  memory: RequestMemoryPool | None = None,
-                 buffers: FrameBufferPool | None = None) -> None:
+                 buffers: FrameBufferPool | None = None,
+                 on_open: Callable[[KafkaConnection], bool] | None = None) -> None:
         self._handler = handler
         self._max_request_bytes = max_request_bytes
         self._on_close = on_close
+        self._on_open = on_open  # False: the connection is refused (too many of them)
         self._frames = FrameAssembler(max_request_bytes, self._start, buffers)
         self._memory = memory if memory is not None else RequestMemoryPool(-1)
         self._queued_bytes = 0  # of the requests whose handlers have not answered yet
@@ -99,6 +101,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         peer = stream.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.host = peer[0] if peer else ""
+        if self._on_open is not None and not self._on_open(self):
+            self.close()
+            return
         stream.set_write_buffer_limits(high=4 * 1024 * 1024)
         if self.security.listener.protocol == "SSL":
             # The TLS handshake is over by now: the client certificate (if any) names it.

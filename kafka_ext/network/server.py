@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from kafka_ext.network.connection import FrameHandler, KafkaConnection
+from kafka_ext.network.connection_quotas import ConnectionQuotas, TooManyConnections
 from kafka_ext.network.frames import FrameBufferPool
 from kafka_ext.network.memory_pool import RequestMemoryPool
 from kafka_ext.security.session import PLAINTEXT_LISTENER, ListenerSecurity
@@ -50,7 +51,8 @@ class SocketServer:
     """Owned by the broker; all methods run on the event loop."""
 
     def __init__(self, handler: FrameHandler, max_request_bytes: int, max_idle_ms: int,
-                 queued_max_request_bytes: int = -1) -> None:
+                 queued_max_request_bytes: int = -1,
+                 quotas: ConnectionQuotas | None = None) -> None:
         self._handler = handler
         self._max_request_bytes = max_request_bytes
         self._max_idle_s = max_idle_ms / 1000
@@ -58,6 +60,8 @@ class SocketServer:
         self.buffers = FrameBufferPool(POOLED_REQUEST_BUFFERS, POOLED_REQUEST_BUFFER_MAX_BYTES)
         self._servers: list[asyncio.base_events.Server] = []
         self.connections: set[KafkaConnection] = set()
+        self.quotas = quotas
+        self._admitted: set[KafkaConnection] = set()  # counted by the quotas
         self._closed_since_sweep = 0
         self._reaper: asyncio.Task[None] | None = None
 
@@ -79,13 +83,28 @@ class SocketServer:
 
     def _new_connection(self, security: ListenerSecurity) -> KafkaConnection:
         conn = KafkaConnection(self._handler, self._max_request_bytes, self._connection_closed,
-                               security, self.memory, self.buffers)
+                               security, self.memory, self.buffers, self._admit)
         self.connections.add(conn)
         return conn
+
+    def _admit(self, conn: KafkaConnection) -> bool:
+        if self.quotas is None:
+            return True
+        try:
+            self.quotas.admit(conn.host, conn.security.listener.listener)
+        except TooManyConnections as exc:
+            log.info("closing %s: %s", conn.peer, exc)
+            return False
+        self._admitted.add(conn)
+        return True
 
     def _connection_closed(self, conn: KafkaConnection) -> None:
         self.connections.discard(conn)
         self._closed_since_sweep += 1
+        if conn in self._admitted:
+            self._admitted.discard(conn)
+            assert self.quotas is not None
+            self.quotas.release(conn.host, conn.security.listener.listener)
 
     async def _reap_idle(self) -> None:
         interval = max(0.05, min(self._max_idle_s / 4, SWEEP_INTERVAL_MAX_S))

@@ -32,6 +32,7 @@ from kafka_ext.coordinator.group.coordinator import GroupConfig, GroupCoordinato
 from kafka_ext.coordinator.internal_topics import check_internal_topics
 from kafka_ext.coordinator.txn.coordinator import TransactionCoordinator
 from kafka_ext.diskless.service import DisklessService
+from kafka_ext.network.connection_quotas import ConnectionQuotas, parse_overrides
 from kafka_ext.network.node_client import NodeChannels
 from kafka_ext.network.server import SocketServer
 from kafka_ext.protocol.api_keys import ApiKey
@@ -179,7 +180,8 @@ class Broker:
         self.socket_server = SocketServer(self.dispatcher.handle_frame,
                                           config.socket_request_max_bytes,
                                           config.connections_max_idle_ms,
-                                          config.queued_max_request_bytes)
+                                          config.queued_max_request_bytes,
+                                          _connection_quotas(config))
         self.controller: QuorumController = None  # type: ignore[assignment]  # set in start()
         self.node_channels = NodeChannels(lambda _: None, f"kafka-ext-node-{config.node_id}")
         # Broker to broker (transaction markers), at their inter-broker listener.
@@ -771,6 +773,18 @@ def _node_client_security(config: BrokerConfig, listener_name: str | None,
         return node_client_security(config, listener_name, mechanism_key)
     except (SecurityConfigError, ValueError) as exc:
         raise ConfigError(str(exc), mechanism_key, None) from None
+
+
+def _connection_quotas(config: BrokerConfig) -> ConnectionQuotas:
+    """max.connections and max.connections.per.ip; the listeners of other nodes (inter-broker
+    and controller) do not count against max.connections, as in Kafka."""
+    inter_broker = (config.inter_broker_listener_name
+                    or str(config.values["security.inter.broker.protocol"]))
+    return ConnectionQuotas(
+        int(str(config.values["max.connections"])),
+        int(str(config.values["max.connections.per.ip"])),
+        parse_overrides(str(config.values["max.connections.per.ip.overrides"] or "")),
+        frozenset({inter_broker, *config.controller_listener_names}))
 
 
 def _listener_securities(config: BrokerConfig) -> dict[str, ListenerSecurity]:

@@ -19,6 +19,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import NamedTuple
 
+from kafka_ext.network.connection_quotas import parse_overrides
 from kafka_ext.storage.formatter import random_uuid
 
 _log = logging.getLogger(__name__)
@@ -1400,6 +1401,10 @@ def _assemble(values: dict[str, object], sources: dict[str, ConfigSource],
     if _as_int(values["group.min.session.timeout.ms"]) > _as_int(
             values["group.max.session.timeout.ms"]):
         raise fail("group.min.session.timeout.ms", "must not exceed group.max.session.timeout.ms")
+    try:
+        parse_overrides(str(values["max.connections.per.ip.overrides"] or ""))
+    except ValueError as exc:
+        raise fail("max.connections.per.ip.overrides", str(exc)) from None
 
     def i(name: str) -> int:
         value = values[name]

@@ -1,4 +1,4 @@
-"""Memory under hostile clients: what the broker holds is bounded by what clients actually sent.
+"""Hostile clients: what the broker holds is bounded by what clients actually sent.
 
 Fifty connections at a time abuse one broker (plaintext, TLS, and SASL before login) while a
 stock confluent-kafka producer and consumer exchange numbered messages on their own
@@ -6,6 +6,7 @@ connections; the broker's resident memory (VmRSS) is sampled throughout. DESIGN.
 10 and docs/security.md "Limits": a size prefix costs nothing until its bytes arrive, request
 bytes read and queued share `queued.max.request.bytes`, a client that has not logged in is
 held to `sasl.server.max.receive.size`, and memory goes back once the connections close.
+Connections themselves are bounded by `max.connections` and `max.connections.per.ip`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ STALLED_GROWTH_BYTES = QUEUED_MAX_REQUEST_BYTES + 64 << 20
 RETURNED_GROWTH_BYTES = 24 << 20
 RETURN_TIMEOUT_S = 20.0
 SEND_TIMEOUT_S = 8.0  # an adversary stops pushing after this long (it is muted by then)
+# Client listeners (SSL, SASL_PLAINTEXT) may hold this many connections together; the PLAINTEXT
+# listener is the inter-broker one here and does not count, as in Kafka.
+MAX_CONNECTIONS = 60
+LIMITED_ADDRESS = "127.0.0.2"  # max.connections.per.ip.overrides gives it this many
+LIMITED_ADDRESS_CONNECTIONS = 3
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
         'user_alice="alice-secret";')
 _reg = registry()
@@ -79,6 +85,8 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostileBroker]
         "sasl.enabled.mechanisms": "PLAIN",
         "sasl.jaas.config": JAAS,
         "queued.max.request.bytes": str(QUEUED_MAX_REQUEST_BYTES),
+        "max.connections": str(MAX_CONNECTIONS),
+        "max.connections.per.ip.overrides": f"{LIMITED_ADDRESS}:{LIMITED_ADDRESS_CONNECTIONS}",
     })
     for started in serve_for_module(broker):
         yield HostileBroker(started, tls, ports)
@@ -240,3 +248,66 @@ def test_fifty_stalled_frames_before_login_stay_under_the_sasl_limit(
                   start_rss)
     _after_they_leave(hostile, adversaries, start_rss)
     traffic.finish()
+
+
+# -- connection limits ---------------------------------------------------------------------------
+
+
+def _connect(port: int, source: str = "127.0.0.1") -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+
+
+def _served(sock: socket.socket) -> bool:
+    """Whether the broker answers ApiVersions on `sock` (else it closed it)."""
+    request = _reg.requests[ApiKey.API_VERSIONS].cls(client_software_name="limits",
+                                                      client_software_version="1")
+    try:
+        sock.sendall(encode_request(ApiKey.API_VERSIONS, 3, 1, "limits", request))
+        return read_response(sock, ApiKey.API_VERSIONS, 3)[1].error_code == 0
+    except (ConnectionError, OSError, EOFError):
+        return False
+
+
+def test_an_address_past_its_per_ip_override_is_closed_and_others_are_not(
+        hostile: HostileBroker) -> None:
+    port = hostile.broker.port
+    kept = [_connect(port, LIMITED_ADDRESS) for _ in range(LIMITED_ADDRESS_CONNECTIONS)]
+    try:
+        assert all(_served(sock) for sock in kept)
+        with _connect(port, LIMITED_ADDRESS) as extra:
+            assert not _served(extra)
+        with _connect(port) as other:
+            assert _served(other)
+        kept.pop().close()
+        deadline = time.monotonic() + 10
+        while True:  # the broker counts the close once it has seen it
+            with _connect(port, LIMITED_ADDRESS) as again:
+                if _served(again):
+                    break
+            assert time.monotonic() < deadline, "a freed slot was never given out again"
+            time.sleep(0.1)
+    finally:
+        for sock in kept:
+            sock.close()
+
+
+def test_client_listeners_past_max_connections_are_closed_but_the_broker_listener_is_not(
+        hostile: HostileBroker) -> None:
+    port = hostile.ports["SASL_PLAINTEXT"]
+    kept: list[socket.socket] = []
+    try:
+        while len(kept) <= MAX_CONNECTIONS:
+            sock = _connect(port)
+            kept.append(sock)
+            if not _served(sock):
+                break
+        served = len(kept) - 1
+        # Other tests' connections may still hold a few, so the refusal comes at the limit or
+        # a little before it.
+        assert not _served(kept[-1])
+        assert MAX_CONNECTIONS - 10 <= served <= MAX_CONNECTIONS, served
+        with _connect(hostile.broker.port) as broker_listener:
+            assert _served(broker_listener)
+    finally:
+        for sock in kept:
+            sock.close()
