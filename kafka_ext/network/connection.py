@@ -208,11 +208,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         transport = self._transport
         if transport is None or self.closed:
             return
-        self._memory_muted = not self._memory.may_read(self._held_bytes)
-        if self._memory_muted:
-            self._memory.mute(self, self._update_reading)
-        else:
-            self._memory.forget(self)
+        self._memory_muted = not self._memory.may_read(
+            self, self._held_bytes, self._frames.partial_frame_bytes > 0, self._update_reading)
         should_pause = (self._write_paused or len(self._slots) >= MAX_IN_FLIGHT_REQUESTS
                         or self._throttle_timer is not None or self._memory_muted)
         if should_pause and not self._read_paused:
@@ -224,10 +221,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _charge_memory(self) -> None:
         """Bring what this connection has charged to the memory pool up to date."""
-        held = self._queued_bytes + self._frames.partial_frame_bytes
+        partial = self._frames.partial_frame_bytes
+        held = self._queued_bytes + partial
         if held != self._held_bytes:
-            self._memory.charge(held - self._held_bytes)
+            self._memory.charge(self, held - self._held_bytes)
             self._held_bytes = held
+        if not partial:
+            self._memory.frame_done(self)
 
     @property
     def held_bytes(self) -> int:

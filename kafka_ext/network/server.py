@@ -56,7 +56,7 @@ class SocketServer:
         self._handler = handler
         self._max_request_bytes = max_request_bytes
         self._max_idle_s = max_idle_ms / 1000
-        self.memory = RequestMemoryPool(queued_max_request_bytes)
+        self.memory = RequestMemoryPool(queued_max_request_bytes, max_request_bytes)
         self.buffers = FrameBufferPool(POOLED_REQUEST_BUFFERS, POOLED_REQUEST_BUFFER_MAX_BYTES)
         self._servers: list[asyncio.base_events.Server] = []
         self.connections: set[KafkaConnection] = set()
@@ -111,6 +111,7 @@ class SocketServer:
         while True:
             await asyncio.sleep(interval)
             self.buffers.trim()
+            self.memory.check_finisher()
             if self._closed_since_sweep and _MALLOC_TRIM is not None:
                 _MALLOC_TRIM(0)
             self._closed_since_sweep = 0

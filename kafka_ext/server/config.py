@@ -1401,6 +1401,9 @@ def _assemble(values: dict[str, object], sources: dict[str, ConfigSource],
     if _as_int(values["group.min.session.timeout.ms"]) > _as_int(
             values["group.max.session.timeout.ms"]):
         raise fail("group.min.session.timeout.ms", "must not exceed group.max.session.timeout.ms")
+    queued_bytes = _as_int(values["queued.max.request.bytes"])
+    if 0 <= queued_bytes < _as_int(values["socket.request.max.bytes"]):  # as Kafka requires
+        raise fail("queued.max.request.bytes", "must be -1 or at least socket.request.max.bytes")
     try:
         parse_overrides(str(values["max.connections.per.ip.overrides"] or ""))
     except ValueError as exc:

@@ -269,6 +269,7 @@ class BrokerCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._topic_metrics()
         yield from self._request_metrics()
+        yield from self._socket_server_metrics()
         yield from self._replica_manager_metrics()
         yield from self._log_metrics()
         controller = self.broker.controller
@@ -323,6 +324,23 @@ class BrokerCollector:
                 histogram: LatencyHistogram = getattr(stages, attr)
                 family.add_metric([request], histogram.buckets(), histogram.sum_ms)
             yield family
+
+    def _socket_server_metrics(self) -> Iterator[Metric]:
+        server = self.broker.socket_server
+        memory = server.memory
+        # Kafka's SocketServer MemoryPoolAvailable is Long.MAX_VALUE without a limit.
+        available = memory.available_bytes if memory.capacity_bytes >= 0 else 2 ** 63 - 1
+        yield _gauge("kafka_network_socketserver_memorypoolavailable",
+                     "Bytes left in queued.max.request.bytes", available)
+        yield _gauge("kafka_network_socketserver_memorypoolused",
+                     "Request bytes read and queued, charged to queued.max.request.bytes",
+                     memory.used_bytes)
+        # Not Kafka MBeans: how many connections wait for that memory, and are open.
+        yield _gauge("kafka_network_socketserver_memorypoolmutedconnections",
+                     "Connections whose reading is paused until request memory is freed",
+                     memory.muted_connections)
+        yield _gauge("kafka_network_socketserver_connections", "Open client connections",
+                     len(server.connections))
 
     def _replica_manager_metrics(self) -> Iterator[Metric]:
         replicas = self.broker.replica_manager

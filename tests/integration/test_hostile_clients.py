@@ -11,12 +11,13 @@ Connections themselves are bounded by `max.connections` and `max.connections.per
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -28,19 +29,21 @@ from kafka_ext.protocol.messages import registry
 from kafka_ext.security.sasl import SaslClient
 from tests.integration.conftest import BrokerProcess, free_port, serve_for_module
 from tests.integration.test_bad_input import SteadyTraffic
+from tests.integration.test_metrics import Samples, scrape, value
 from tests.tls_material import TlsMaterial, make_tls_material
 
 ADVERSARIES = 50
 # The broker-wide budget these tests run with (the default is 256 MiB).
-QUEUED_MAX_REQUEST_BYTES = 64 << 20
+QUEUED_MAX_REQUEST_BYTES = 128 << 20  # at least socket.request.max.bytes, as Kafka requires
 PREFIX_ONLY_BYTES = 100 << 20  # socket.request.max.bytes, the default
 STALLED_FRAME_BYTES = 16 << 20  # each adversary sends 90 % of a frame this large, then stalls
 SASL_MAX_RECEIVE_BYTES = 524288  # Kafka's default sasl.server.max.receive.size
 # Stated bounds on the broker's RSS above its level before the adversaries came.
 PREFIX_ONLY_GROWTH_BYTES = 24 << 20  # 50 prefixes: a few KiB per connection, no frame memory
-# The budget, one read of overdraft and the guaranteed 64 KiB per connection, the pooled
-# buffers (32 MiB at most), and the bystanders' own churn: 720 MiB were offered.
-STALLED_GROWTH_BYTES = QUEUED_MAX_REQUEST_BYTES + 64 << 20
+# The budget, the finishers' overdraft (one largest request), one read of overdraft and the
+# guaranteed 64 KiB per connection, the pooled buffers (32 MiB at most), and the bystanders' own
+# churn: 720 MiB were offered.
+STALLED_GROWTH_BYTES = QUEUED_MAX_REQUEST_BYTES + PREFIX_ONLY_BYTES + (64 << 20)
 # How near its start RSS must come back once the adversaries have gone, and how soon.
 RETURNED_GROWTH_BYTES = 24 << 20
 RETURN_TIMEOUT_S = 20.0
@@ -60,6 +63,11 @@ class HostileBroker:
     broker: BrokerProcess
     tls: TlsMaterial
     ports: dict[str, int] = field(default_factory=dict)
+    metrics_url: str = ""
+
+    @property
+    def metrics(self) -> Samples:
+        return scrape(self)  # type: ignore[arg-type]  # it only reads metrics_url
 
     def rss_bytes(self) -> int:
         assert self.broker.proc is not None and self.broker.proc.poll() is None, "broker died"
@@ -76,6 +84,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostileBroker]
     tls = make_tls_material(root / "certs")
     broker = BrokerProcess(root / "data")
     ports = {"SSL": free_port(), "SASL_PLAINTEXT": free_port()}
+    metrics_port = free_port()
     broker.overrides.update({
         "listeners": ",".join([f"PLAINTEXT://127.0.0.1:{broker.port}",
                                *(f"{name}://127.0.0.1:{port}" for name, port in ports.items())]),
@@ -85,11 +94,13 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostileBroker]
         "sasl.enabled.mechanisms": "PLAIN",
         "sasl.jaas.config": JAAS,
         "queued.max.request.bytes": str(QUEUED_MAX_REQUEST_BYTES),
+        "prometheus.metrics.port": str(metrics_port),
+        "prometheus.metrics.host": "127.0.0.1",
         "max.connections": str(MAX_CONNECTIONS),
         "max.connections.per.ip.overrides": f"{LIMITED_ADDRESS}:{LIMITED_ADDRESS_CONNECTIONS}",
     })
     for started in serve_for_module(broker):
-        yield HostileBroker(started, tls, ports)
+        yield HostileBroker(started, tls, ports, f"http://127.0.0.1:{metrics_port}/metrics")
 
 
 @pytest.fixture
@@ -169,8 +180,8 @@ def _stalled_frame(size: int) -> bytes:
     return _prefix(size) + b"\x00" * (size * 9 // 10)
 
 
-def _under_attack(hostile: HostileBroker, traffic: SteadyTraffic, adversaries: list[Adversary],
-                  bound_bytes: int, start_rss: int) -> int:
+def _under_attack(hostile: HostileBroker, traffic: SteadyTraffic, bound_bytes: int,
+                  start_rss: int) -> int:
     """While the adversaries push and sit, the bystanders keep going and RSS stays under the
     bound; returns the highest growth seen."""
     peak = 0
@@ -183,10 +194,19 @@ def _under_attack(hostile: HostileBroker, traffic: SteadyTraffic, adversaries: l
     return peak
 
 
-def _after_they_leave(hostile: HostileBroker, adversaries: list[Adversary], start_rss: int,
-                      reset: bool = False) -> None:
-    for adversary in adversaries:
-        adversary.close(reset)
+@contextlib.contextmanager
+def _adversaries(make: Callable[[], Adversary], reset: bool = False) -> Iterator[list[Adversary]]:
+    """ADVERSARIES of them; closed on the way out whatever happened (with an RST: `reset`)."""
+    adversaries: list[Adversary] = []
+    try:
+        adversaries.extend(make() for _ in range(ADVERSARIES))
+        yield adversaries
+    finally:
+        for adversary in adversaries:
+            adversary.close(reset)
+
+
+def _after_they_leave(hostile: HostileBroker, start_rss: int) -> None:
     deadline = time.monotonic() + RETURN_TIMEOUT_S
     while (growth := hostile.rss_bytes() - start_rss) > RETURNED_GROWTH_BYTES:
         assert time.monotonic() < deadline, (
@@ -200,11 +220,10 @@ def test_fifty_bare_100_mib_prefixes_cost_no_frame_memory(hostile: HostileBroker
                                                          traffic: SteadyTraffic,
                                                          listener: str) -> None:
     start_rss = hostile.rss_bytes()
-    adversaries = [Adversary(hostile, listener, _prefix(PREFIX_ONLY_BYTES))
-                   for _ in range(ADVERSARIES)]
-    _under_attack(hostile, traffic, adversaries, PREFIX_ONLY_GROWTH_BYTES, start_rss)
-    assert all(a.sent == 4 for a in adversaries)
-    _after_they_leave(hostile, adversaries, start_rss)
+    with _adversaries(lambda: Adversary(hostile, listener, _prefix(PREFIX_ONLY_BYTES))) as them:
+        _under_attack(hostile, traffic, PREFIX_ONLY_GROWTH_BYTES, start_rss)
+        assert all(a.sent == 4 for a in them)
+    _after_they_leave(hostile, start_rss)
     traffic.finish()
 
 
@@ -214,14 +233,26 @@ def test_fifty_stalled_large_frames_hold_no_more_than_the_budget(hostile: Hostil
                                                                listener: str) -> None:
     start_rss = hostile.rss_bytes()
     payload = _stalled_frame(STALLED_FRAME_BYTES)
-    adversaries = [Adversary(hostile, listener, payload) for _ in range(ADVERSARIES)]
-    _under_attack(hostile, traffic, adversaries, STALLED_GROWTH_BYTES, start_rss)
-    offered = ADVERSARIES * len(payload)
-    pushed = sum(a.sent for a in adversaries)
-    # The broker stopped reading: most of what was offered never left the adversaries.
-    assert pushed < offered // 2, f"{pushed >> 20} of {offered >> 20} MiB were taken"
-    _after_they_leave(hostile, adversaries, start_rss, reset=True)
+    with _adversaries(lambda: Adversary(hostile, listener, payload), reset=True) as them:
+        _under_attack(hostile, traffic, STALLED_GROWTH_BYTES, start_rss)
+        _assert_muted(hostile, them, len(payload))
+    _after_they_leave(hostile, start_rss)
+    assert value(hostile.metrics, "kafka_network_socketserver_memorypoolmutedconnections") == 0
     traffic.finish()
+
+
+def _assert_muted(hostile: HostileBroker, adversaries: list[Adversary], wanted: int) -> None:
+    """The pool is spent, connections wait for it, and many adversaries could not even hand
+    their kernel all they wanted to send (what kernels' socket buffers take is beyond any
+    broker's say)."""
+    metrics = hostile.metrics
+    used = value(metrics, "kafka_network_socketserver_memorypoolused")
+    assert QUEUED_MAX_REQUEST_BYTES <= used < QUEUED_MAX_REQUEST_BYTES + PREFIX_ONLY_BYTES + (
+        24 << 20)
+    assert value(metrics, "kafka_network_socketserver_memorypoolavailable") == 0
+    assert value(metrics, "kafka_network_socketserver_memorypoolmutedconnections") >= 10
+    blocked = sum(a.sent < wanted for a in adversaries)
+    assert blocked >= 10, f"only {blocked} adversaries were held back"
 
 
 def test_before_login_a_frame_over_the_sasl_limit_closes_at_its_prefix(
@@ -242,11 +273,11 @@ def test_fifty_stalled_frames_before_login_stay_under_the_sasl_limit(
         hostile: HostileBroker, traffic: SteadyTraffic) -> None:
     start_rss = hostile.rss_bytes()
     payload = _stalled_frame(SASL_MAX_RECEIVE_BYTES)
-    adversaries = [Adversary(hostile, "SASL_PLAINTEXT", payload) for _ in range(ADVERSARIES)]
-    # At most 50 x 460 KiB arrive; the budget is not even reached.
-    _under_attack(hostile, traffic, adversaries, ADVERSARIES * SASL_MAX_RECEIVE_BYTES + (24 << 20),
-                  start_rss)
-    _after_they_leave(hostile, adversaries, start_rss)
+    with _adversaries(lambda: Adversary(hostile, "SASL_PLAINTEXT", payload)):
+        # At most 50 x 460 KiB arrive; the budget is not even reached.
+        _under_attack(hostile, traffic, ADVERSARIES * SASL_MAX_RECEIVE_BYTES + (24 << 20),
+                      start_rss)
+    _after_they_leave(hostile, start_rss)
     traffic.finish()
 
 

@@ -415,3 +415,14 @@ def test_describe_broker_retention_shows_effective_ms_with_unit_synonyms(tmp_pat
     assert entry.value == "7200000"
     assert entry.source is ConfigSource.STATIC_BROKER_CONFIG
     assert [(s.name, s.value) for s in entry.synonyms] == [("log.retention.hours", "2")]
+
+
+def test_a_request_budget_below_the_largest_request_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="queued.max.request.bytes"):
+        load(tmp_path, "queued.max.request.bytes=1000\nsocket.request.max.bytes=2000\n")
+    assert load(tmp_path, "queued.max.request.bytes=-1\n").queued_max_request_bytes == -1
+
+
+def test_malformed_per_ip_connection_overrides_are_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="max.connections.per.ip.overrides"):
+        load(tmp_path, "max.connections.per.ip.overrides=10.0.0.1\n")

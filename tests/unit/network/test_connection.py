@@ -434,3 +434,48 @@ async def test_a_closed_connection_gives_its_memory_back_and_wakes_the_muted() -
     hog.transport.close()
     await other.settle(lambda: other.transport.reading)
     assert memory.used_bytes == 100 << 10 and memory.muted_connections == 0
+
+
+async def test_half_read_frames_larger_than_the_pool_together_all_complete() -> None:
+    """Two 1.5 MiB requests against a 1 MiB pool: charged as they arrive they would wait for
+    each other forever; one at a time finishes its frame past the budget instead."""
+    memory = RequestMemoryPool(1 << 20, finisher_overdraft_bytes=2 << 20)
+    first, second = _pooled_harness(_echo, memory), _pooled_harness(_echo, memory)
+    bodies = [b"a" * (3 << 19), b"b" * (3 << 19)]
+    frames = [_frame(body) for body in bodies]
+    half = len(frames[0]) // 2
+    _feed(first.conn, frames[0][:half])
+    _feed(second.conn, frames[1][:half])
+    assert memory.exhausted
+    assert second.transport.reading  # it took the turn to finish its frame
+    _feed(first.conn, b"a")  # the first one wants more: it waits behind the finisher
+    assert not first.transport.reading and first.conn.muted_for_memory
+    _feed(second.conn, frames[1][half:])
+    await second.settle(lambda: second.conn.idle and first.transport.reading)
+    _feed(first.conn, frames[0][half + 1:])
+    await first.settle(lambda: first.conn.idle)
+    assert _responses(first.transport.written) == [b"r:" + bodies[0]]
+    assert _responses(second.transport.written) == [b"r:" + bodies[1]]
+    assert memory.used_bytes == 0
+
+
+async def test_a_finisher_that_stalls_hands_its_turn_to_the_next() -> None:
+    memory = RequestMemoryPool(1 << 20, finisher_overdraft_bytes=4 << 20)
+    staller, waiter = _pooled_harness(_echo, memory), _pooled_harness(_echo, memory)
+    _feed(staller.conn, _SIZE.pack(2 << 20) + b"s" * (3 << 19))  # past the budget: finisher
+    assert staller.transport.reading
+    _feed(waiter.conn, _SIZE.pack(2 << 20) + b"w" * (128 << 10))
+    assert not waiter.transport.reading
+    memory.check_finisher()  # the staller got bytes since the turn began
+    assert staller.transport.reading and not waiter.transport.reading
+    memory.check_finisher()  # nothing since: the turn passes
+    assert waiter.transport.reading and not staller.transport.reading
+
+
+async def test_finishers_stop_at_their_overdraft() -> None:
+    memory = RequestMemoryPool(1 << 20, finisher_overdraft_bytes=1 << 20)
+    first = _pooled_harness(_echo, memory)
+    _feed(first.conn, _SIZE.pack(8 << 20) + b"x" * (3 << 19))
+    assert first.transport.reading  # the finisher, 0.5 MiB over
+    _feed(first.conn, b"x" * (1 << 20))
+    assert not first.transport.reading  # 1.5 MiB over: it waits like the others
