@@ -469,6 +469,9 @@ class QuorumController:
                                  f"Unable to replicate the partition {factor} time(s): The "
                                  f"target replication factor of {factor} cannot be reached "
                                  f"because only {len(self.live_brokers)} broker(s) are registered.")
+            if partitions > MAX_RECORDS_PER_USER_OP:  # refused before placing 2**31 of them
+                raise KafkaError(ErrorCode.POLICY_VIOLATION,
+                                 "Excessively large number of partitions per request.")
             assignments = self._place(partitions, factor)
         configs = self._validated_configs(creation.configs)
         _check_diskless_configs(creation.name, configs)
@@ -606,6 +609,9 @@ class QuorumController:
             if count == current:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS,
                                  f"Topic already has {current} partition(s).")
+            if count - current > MAX_RECORDS_PER_USER_OP:  # refused before placing them
+                raise KafkaError(ErrorCode.POLICY_VIOLATION,
+                                 "Excessively large number of partitions per request.")
             if assignments is not None:
                 if len(assignments) != count - current:
                     raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,

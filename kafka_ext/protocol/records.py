@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from kafka_ext.protocol.compression import DEFAULT_MAX_DECOMPRESSED_BYTES, compress, decompress
-from kafka_ext.protocol.errors import DecodeError, KafkaError
+from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError
 from kafka_ext.protocol.record_batch import (
     BATCH_OVERHEAD,
     CURRENT_MAGIC,
@@ -42,6 +42,7 @@ _MIN_RECORD_BYTES = 7
 _MIN_HEADER_BYTES = 2  # headerKeyLength and headerValueLength, one byte each
 _MAX_VARINT_BYTES = 5  # a zigzag int32
 _MAX_VARLONG_BYTES = 10  # a zigzag int64
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1  # a timestamp base + delta must fit
 
 # Key of a control record (transaction markers, KRaft control records).
 _CONTROL_KEY = struct.Struct(
@@ -405,8 +406,24 @@ TOPIC_COMPRESSION_CODECS = {
 
 def recompress_batch(batch: BytesLike, compression: Compression) -> bytes:
     """The same batch (offsets, timestamps, producer fields) stored with another codec: what
-    Kafka does when a topic's compression.type differs from the producer's. Decodes records."""
+    Kafka does when a topic's compression.type differs from the producer's. Decodes records.
+
+    A client's records are checked as Kafka's LogValidator checks the batches it rewrites
+    (found by the wire fuzzer: an offset delta or timestamp delta that lies used to escape
+    as ValueError/struct.error)."""
     header, records = decode_records(batch)
+    for expected, record in enumerate(records):
+        if record.offset != header.base_offset + expected:
+            raise KafkaError(ErrorCode.INVALID_RECORD,
+                             f"inner record {expected} has offset delta "
+                             f"{record.offset - header.base_offset}, expected {expected}")
+        if not _INT64_MIN <= record.timestamp <= _INT64_MAX:
+            raise KafkaError(ErrorCode.INVALID_TIMESTAMP,
+                             f"inner record {expected} has timestamp {record.timestamp}")
+    if records and header.last_offset_delta < len(records) - 1:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"last offset delta {header.last_offset_delta} is before the last "
+                         f"of {len(records)} records")
     return build_batch(
         records, base_offset=header.base_offset, compression=compression,
         producer_id=header.producer_id, producer_epoch=header.producer_epoch,

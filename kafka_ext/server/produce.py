@@ -229,6 +229,11 @@ def _has_transactional_batch(request: Any) -> bool:
 
 
 def _error_for_all(request: Any, code: ErrorCode) -> Any:
+    """Every partition fails with `code`. An acks=0 producer reads no answer, so its connection
+    is closed instead (Kafka: ProduceRequest.getErrorResponse is null for acks=0; found by the
+    wire fuzzer, which saw a transactional batch without a transactional id answered)."""
+    if request.acks == 0:
+        raise CloseConnection(f"acks=0 produce failed: {code.name}")
     return _Response(responses=[
         _TopicResponse(name=t.name, partition_responses=[
             _PartitionResponse(index=p.index, error_code=int(code), base_offset=-1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ class LogManager:
         "_logs",
         "_log_dir_of",
         "_chunk_logs",
+        "_checkpoint_lock",
         "_directory_ids",
         # JBOD (KIP-112/113, docs/jbod.md): dirs found failed, placement, crash-recovery leftovers.
         "offline_dirs",
@@ -108,6 +110,10 @@ class LogManager:
         # Inactive chunk replicas (seed 000) by (topic, partition, start offset): sealed logs,
         # never appended to, outside the partition checkpoints (each is flushed when sealed).
         self._chunk_logs: dict[ChunkKey, UnifiedLog] = {}
+        # Checkpoint writes run in executor threads, several at once (two DeleteRecords, the
+        # periodic job): they share one temporary file per checkpoint, so one at a time, as
+        # Kafka's CheckpointFile.write is synchronized.
+        self._checkpoint_lock = threading.Lock()
         self._directory_ids: dict[Path, uuid.UUID] = {}
         # Dirs that failed (at load or later): no log lives there any more, nothing goes there.
         self.offline_dirs: dict[Path, str] = {}
@@ -435,16 +441,17 @@ class LogManager:
     def _write_checkpoint(self, name: str, value: Callable[[UnifiedLog], int]) -> None:
         # Runs in an executor while the loop may add or remove logs: work on a snapshot taken
         # by one C-level call (atomic under the GIL), never by iterating the live dicts.
-        logs = list(self._logs.items())
-        dir_of = dict(self._log_dir_of)
-        for log_dir in self.online_dirs():
-            offsets = {tp: value(log) for tp, log in logs if dir_of.get(tp) == log_dir}
-            try:
-                OffsetCheckpointFile(log_dir / name).write(offsets)
-            except OSError as exc:  # KIP-112: this dir fails; the others keep their checkpoints
-                if self.failure_listener is None:
-                    raise
-                self.failure_listener(log_dir, exc)
+        with self._checkpoint_lock:
+            logs = list(self._logs.items())
+            dir_of = dict(self._log_dir_of)
+            for log_dir in self.online_dirs():
+                offsets = {tp: value(log) for tp, log in logs if dir_of.get(tp) == log_dir}
+                try:
+                    OffsetCheckpointFile(log_dir / name).write(offsets)
+                except OSError as exc:  # KIP-112: this dir fails; the others keep theirs
+                    if self.failure_listener is None:
+                        raise
+                    self.failure_listener(log_dir, exc)
 
     def checkpoint_recovery_points(self) -> None:
         """Write recovery-point-offset-checkpoint in every log dir (blocks)."""

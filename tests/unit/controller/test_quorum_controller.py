@@ -552,6 +552,25 @@ async def test_create_partitions_validate_only_writes_nothing(
     assert len(controller.image.topics_by_name["orders"].partitions) == 1
 
 
+async def test_create_partitions_refuses_a_huge_count_before_placing_anything(
+        controller: QuorumController, metadata_log: UnifiedLog) -> None:
+    """Found by the wire fuzzer: a count of 2**31 - 2 was placed partition by partition before
+    Kafka's MAX_RECORDS_PER_USER_OP bound was checked (gigabytes, the event loop stalled)."""
+    await _create(controller, TopicCreation("orders", 1))
+    end = metadata_log.log_end_offset
+    with pytest.raises(KafkaError) as caught:
+        await controller.create_partitions("orders", 2**31 - 2, None, validate_only=True)
+    assert caught.value.code == ErrorCode.POLICY_VIOLATION
+    assert metadata_log.log_end_offset == end
+
+
+async def test_create_topics_refuses_a_huge_partition_count_before_placing_anything(
+        controller: QuorumController) -> None:
+    [result] = await _create(controller, TopicCreation("orders", 2**31 - 1))
+    assert result.error == ErrorCode.POLICY_VIOLATION
+    assert "orders" not in controller.image.topics_by_name
+
+
 # -- alter_configs -------------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from kafka import codec as kafka_python_codec  # type: ignore[import-untyped]
 from kafka.record.default_records import DefaultRecordBatchBuilder as KafkaPythonBatchBuilder  # type: ignore[import-untyped]
 
-from kafka_ext.protocol.errors import DecodeError
+from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError
 from kafka_ext.protocol.record_batch import (
     BATCH_OVERHEAD,
     RECORDS_COUNT_POS,
@@ -35,6 +35,7 @@ from kafka_ext.protocol.records import (
     decode_varint,
     decode_varlong,
     encode_varint,
+    recompress_batch,
     records_for,
 )
 
@@ -288,3 +289,35 @@ def test_random_bytes_raise_only_decode_error(data: bytes) -> None:
             decode_records(data, verify_crc=verify_crc)
         except DecodeError:
             pass
+
+
+# -- recompression of a client's batch (found by the wire fuzzer) -------------------------------
+
+
+def test_recompressing_a_batch_whose_offsets_skip_is_invalid_record() -> None:
+    batch = build_batch([Record(0, 5, None, b"a"), Record(3, 5, None, b"b")],
+                        compression=Compression.GZIP)
+    with pytest.raises(KafkaError) as raised:
+        recompress_batch(batch, Compression.LZ4)
+    assert raised.value.code == ErrorCode.INVALID_RECORD
+
+
+def test_recompressing_a_batch_whose_timestamp_overflows_int64_is_invalid_timestamp() -> None:
+    top = (1 << 63) - 10
+    batch = bytearray(build_batch([Record(0, top, None, b"a"), Record(1, top, None, b"b")]))
+    first_length = batch[BATCH_OVERHEAD] >> 1  # zigzag, one byte
+    second = BATCH_OVERHEAD + 1 + first_length
+    assert batch[second + 2] == 0  # the second record's timestamp delta
+    batch[second + 2] = 40  # zigzag 20: past the largest int64
+    update_crc(batch, 0)
+    with pytest.raises(KafkaError) as raised:
+        recompress_batch(bytes(batch), Compression.ZSTD)
+    assert raised.value.code == ErrorCode.INVALID_TIMESTAMP
+
+
+def test_recompressing_a_consecutive_batch_keeps_its_records() -> None:
+    records = [Record(7 + i, 100 + i, b"k", b"v%d" % i) for i in range(3)]
+    batch = build_batch(records, base_offset=7, compression=Compression.SNAPPY)
+    _, decoded = decode_records(recompress_batch(batch, Compression.LZ4))
+    assert [(r.offset, r.timestamp, r.value) for r in decoded] == [
+        (r.offset, r.timestamp, r.value) for r in records]

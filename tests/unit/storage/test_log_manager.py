@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from pathlib import Path
 
@@ -201,3 +202,30 @@ def test_a_log_sealed_as_a_chunk_keeps_its_data_under_its_new_name(
     assert found is not None and found.log_end_offset == 6
     assert parse_chunk_dir("t-0@0") == ("t", 0, 0) and parse_chunk_dir("t-0") is None
     reopened.close()
+
+
+def test_concurrent_checkpoint_writes_never_fail_the_log_dir(tmp_path: Path, clock,
+                                                             make_batch) -> None:
+    """Two DeleteRecords requests checkpoint log start offsets in two executor threads at
+    once (found by the wire fuzzer: the second rename of the shared .tmp file failed, the only
+    log dir went offline and the broker stopped)."""
+    manager = _manager([tmp_path / "d"], clock)
+    log = manager.create_log("orders", 0)
+    log.append_as_leader(make_batch(5), 0)
+    failures: list[tuple[Path, OSError]] = []
+    manager.failure_listener = lambda log_dir, exc: failures.append((log_dir, exc))
+    start = threading.Barrier(4)
+
+    def write_many() -> None:
+        start.wait()
+        for _ in range(200):
+            manager.checkpoint_log_start_offsets()
+
+    threads = [threading.Thread(target=write_many) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert (tmp_path / "d" / "log-start-offset-checkpoint").read_text() == "0\n1\norders 0 0\n"
+    manager.close()
