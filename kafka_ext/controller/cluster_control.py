@@ -2,8 +2,15 @@
 leaderships that follow (Kafka's ClusterControlManager and BrokerHeartbeatManager).
 
 Pure functions of the metadata image produce the records; `BrokerHeartbeats` keeps what only
-the active controller knows, in memory: when each broker last sent a heartbeat. A new active
-controller starts every broker's clock afresh, as Kafka's does, so a failover fences nobody.
+the active controller knows, in memory: when each broker last sent a heartbeat, and on which
+connection. A new active controller starts every broker's clock afresh, as Kafka's does, so a
+failover fences nobody.
+
+Beyond Kafka, a broker's session also ends broker.heartbeat.connection.loss.timeout.ms after the
+connection its current incarnation heartbeats on closes, unless a heartbeat of that incarnation
+arrives on another connection first: a process that dies closes its sockets at once, so a
+kill -9 need not wait out broker.session.timeout.ms. A silent link (a host crash, a partition
+that drops packets) closes nothing and still waits for the session (docs/cluster.md).
 
 Leaders and ISRs change through controller/partition_change.py: a fenced or shutting-down
 broker leaves the ISRs and its leaderships move to another in-sync replica; a partition whose
@@ -14,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,26 +50,58 @@ class HeartbeatAnswer:
     should_shut_down: bool
 
 
+# The "connection" of a combined node's broker to its own active controller: calls in process,
+# which no socket can take away (BrokerHeartbeats.heard_on).
+IN_PROCESS: Hashable = object()
+
+
 def _new(record_type: str, **fields: Any) -> Any:
     return registry()[record_type].cls(**fields)
 
 
 class BrokerHeartbeats:
-    """Last heartbeat per broker (monotonic ms); owned by the active controller."""
+    """What the active controller knows of each broker's session (monotonic ms), in memory:
+    the last heartbeat, and the connection the current incarnation heartbeats on. Every method
+    takes the time it is called at, so tests and simulations drive it on their own clock."""
 
-    def __init__(self, session_timeout_ms: int) -> None:
+    def __init__(self, session_timeout_ms: int, connection_loss_timeout_ms: int = -1) -> None:
         self.session_timeout_ms = session_timeout_ms
+        # broker.heartbeat.connection.loss.timeout.ms; negative: a lost connection means nothing.
+        self.connection_loss_timeout_ms = connection_loss_timeout_ms
         self._last_ms: dict[int, float] = {}
         self._heard: set[int] = set()  # brokers that heartbeat this controller's term
+        # broker -> (connection, broker epoch): where its latest heartbeat or registration came.
+        self._connections: dict[int, tuple[Hashable, int]] = {}
+        # broker -> (when, broker epoch): that connection closed and none has replaced it yet.
+        self._lost: dict[int, tuple[float, int]] = {}
 
     def touch(self, broker_id: int, now_ms: float) -> None:
         self._last_ms[broker_id] = now_ms
         self._heard.add(broker_id)
 
+    def heard_on(self, broker_id: int, broker_epoch: int, connection: Hashable) -> None:
+        """A heartbeat (or registration) of the broker's current incarnation `broker_epoch`
+        arrived on `connection`: that is the one to watch now, and a loss of an earlier one is
+        forgotten (the broker came back)."""
+        self._connections[broker_id] = (connection, broker_epoch)
+        self._lost.pop(broker_id, None)
+
+    def connection_lost(self, connection: Hashable, now_ms: float) -> list[int]:
+        """`connection` closed: the brokers whose latest heartbeat came on it (none when it was
+        already replaced, a stale one) start their grace; returns them."""
+        brokers = [b for b, (c, _) in self._connections.items() if c == connection]
+        for broker_id in brokers:
+            _, broker_epoch = self._connections.pop(broker_id)
+            self._lost[broker_id] = (now_ms, broker_epoch)
+        return brokers
+
     def reset(self, broker_ids: Iterator[int] | list[int], now_ms: float) -> None:
-        """A new active controller gives every broker a full session from now."""
+        """A new active controller gives every broker a full session from now; connections
+        brokers opened to an earlier controller term tell it nothing."""
         self._last_ms = {b: now_ms for b in broker_ids}
         self._heard = set()
+        self._connections = {}
+        self._lost = {}
 
     def alive(self, image: MetadataImage, broker_id: int, now_ms: float) -> bool:
         """Whether the registered incarnation is known to live: it heartbeat this term and its
@@ -70,16 +109,31 @@ class BrokerHeartbeats:
         the new controller, so its replacement need not wait a session out.)"""
         return broker_id in self._heard and broker_id not in self.expired(image, now_ms)
 
+    def connection_lost_ms(self, broker: BrokerRegistration) -> float | None:
+        """When the heartbeat connection of the registered incarnation closed without another
+        taking its place; None when it did not, or when connection loss is not watched."""
+        lost = self._lost.get(broker.broker_id)
+        if lost is None or self.connection_loss_timeout_ms < 0 or lost[1] != broker.broker_epoch:
+            return None
+        return lost[0]
+
+    def _deadline_ms(self, broker: BrokerRegistration, now_ms: float) -> float:
+        deadline = self._last_ms.setdefault(broker.broker_id, now_ms) + self.session_timeout_ms
+        lost_ms = self.connection_lost_ms(broker)
+        if lost_ms is not None:
+            deadline = min(deadline, lost_ms + self.connection_loss_timeout_ms)
+        return deadline
+
     def next_expiry_ms(self, image: MetadataImage, now_ms: float) -> float | None:
         """When the first session of an unfenced broker runs out, if any broker is unfenced."""
-        return min((self._last_ms.setdefault(b.broker_id, now_ms) + self.session_timeout_ms
-                    for b in image.brokers.values() if not b.fenced), default=None)
+        return min((self._deadline_ms(b, now_ms) for b in image.brokers.values()
+                    if not b.fenced), default=None)
 
     def expired(self, image: MetadataImage, now_ms: float) -> list[int]:
-        """Unfenced brokers whose session timed out."""
-        return [b.broker_id for b in image.brokers.values() if not b.fenced
-                and now_ms - self._last_ms.setdefault(b.broker_id, now_ms)
-                > self.session_timeout_ms]
+        """Unfenced brokers whose session timed out, or whose heartbeat connection closed
+        longer ago than the grace without their coming back."""
+        return [b.broker_id for b in image.brokers.values()
+                if not b.fenced and now_ms > self._deadline_ms(b, now_ms)]
 
 
 def registration_records(image: MetadataImage, broker_id: int, incarnation_id: uuid.UUID,

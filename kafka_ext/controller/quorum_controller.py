@@ -11,12 +11,13 @@ told (old image, new image) after every change; the broker creates and deletes l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -162,6 +163,9 @@ class IsrChange:
     leader_epoch: int
     partition_epoch: int
     new_isr: tuple[int, ...]
+    # KIP-903 (AlterPartition v3): each member's broker epoch as its fetches carried it, in
+    # new_isr's order; -1 (or none given) is not checked.
+    new_isr_epochs: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -237,7 +241,8 @@ class QuorumController:
                  diskless_coordinators: int = 10, raft: RaftManager | None = None,
                  snapshot_bytes: int = 20 * 1024 * 1024,
                  snapshot_interval_ms: int = 3600000,
-                 broker_session_timeout_ms: int = 9000, is_broker: bool = True,
+                 broker_session_timeout_ms: int = 9000,
+                 broker_connection_loss_timeout_ms: int = -1, is_broker: bool = True,
                  unclean_leader_election: bool = False) -> None:
         """`raft` is the node's metadata quorum member; without one, this node is a quorum of
         itself (the embedded single node, and unit tests)."""
@@ -258,7 +263,11 @@ class QuorumController:
         self.diskless_coordinators = diskless_coordinators
         self.image = MetadataImage()
         self.listeners: list[ImageListener] = []
-        self.heartbeats = BrokerHeartbeats(broker_session_timeout_ms)
+        self.heartbeats = BrokerHeartbeats(broker_session_timeout_ms,
+                                           broker_connection_loss_timeout_ms)
+        # Set when a lost heartbeat connection brings a session deadline closer: the fencing
+        # timer (wait_for_a_session_deadline) sleeps again from it.
+        self._session_deadline_moved = asyncio.Event()
         self.is_broker = is_broker  # process.roles has broker: may place on itself
         self.unclean_leader_election = unclean_leader_election  # the static broker default
         self._heartbeats_epoch = -1  # the quorum epoch the heartbeat clocks belong to
@@ -892,39 +901,72 @@ class QuorumController:
 
     # -- brokers (BrokerRegistration 62, BrokerHeartbeat 63) ---------------------------------
 
+    def clock_ms(self) -> float:
+        """The clock of broker sessions (monotonic ms); tests and simulations set their own."""
+        return time.monotonic() * 1000
+
     def _heartbeat_clock(self) -> BrokerHeartbeats:
         """The heartbeat clocks, restarted whenever this node starts a new term as leader."""
         if self._heartbeats_epoch != self.raft.epoch:
             self._heartbeats_epoch = self.raft.epoch
-            self.heartbeats.reset(list(self.image.brokers), time.monotonic() * 1000)
+            self.heartbeats.reset(list(self.image.brokers), self.clock_ms())
         return self.heartbeats
+
+    def _heard_on(self, broker_id: int, broker_epoch: int, connection: Hashable | None) -> None:
+        """Watch the connection a request of the broker's registered incarnation came on (the
+        active controller only: another node's view of a connection says nothing)."""
+        known = self.image.brokers.get(broker_id)
+        if (connection is not None and self.raft.is_leader and known is not None
+                and known.broker_epoch == broker_epoch):
+            self._heartbeat_clock().heard_on(broker_id, broker_epoch, connection)
+
+    def broker_connection_lost(self, connection: Hashable) -> None:
+        """A connection brokers heartbeat on closed. Each broker whose registered incarnation
+        heartbeat last on it is fenced broker.heartbeat.connection.loss.timeout.ms from now
+        unless it heartbeats again on another connection first; a stale connection (its broker
+        heartbeats on a newer one, or registered again) changes nothing."""
+        if not self.raft.is_leader:
+            return
+        heartbeats = self._heartbeat_clock()
+        lost = heartbeats.connection_lost(connection, self.clock_ms())
+        if lost and heartbeats.connection_loss_timeout_ms >= 0:
+            log.info("the heartbeat connection of broker(s) %s closed: fencing in %d ms unless "
+                     "they heartbeat again", ", ".join(map(str, lost)),
+                     heartbeats.connection_loss_timeout_ms)
+            self._session_deadline_moved.set()
 
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID,
                               listeners: list[BrokerListener], rack: str | None,
-                              log_dirs: list[uuid.UUID]) -> int:
+                              log_dirs: list[uuid.UUID], connection: Hashable | None = None
+                              ) -> int:
         """Register (or re-register) a broker, fenced; returns its broker epoch (the offset of
-        its registration record, as Kafka's)."""
+        its registration record, as Kafka's). `connection`: the one the request came on, which
+        the controller watches from now (cluster_control.IN_PROCESS: this node's own broker,
+        whose calls no socket carries; None: not known)."""
         async with self._lock:
             heartbeats = self._heartbeat_clock()
-            now_ms = time.monotonic() * 1000
-            alive = heartbeats.alive(self.image, broker_id, now_ms)
+            alive = heartbeats.alive(self.image, broker_id, self.clock_ms())
             broker_epoch = self.raft.log.log_end_offset
             records = registration_records(self.image, broker_id, incarnation_id, broker_epoch,
                                            listeners, rack, log_dirs, alive, self.unclean_allowed)
             await self._commit(records)
-            heartbeats.touch(broker_id, time.monotonic() * 1000)
+            heartbeats.touch(broker_id, self.clock_ms())
+            self._heard_on(broker_id, broker_epoch, connection)
             log.info("broker %d registered (epoch %d)", broker_id, broker_epoch)
             return broker_epoch
 
     async def broker_heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int,
                                want_fence: bool, want_shutdown: bool,
-                               offline_log_dirs: list[uuid.UUID] | None = None
-                               ) -> HeartbeatAnswer:
+                               offline_log_dirs: list[uuid.UUID] | None = None,
+                               connection: Hashable | None = None) -> HeartbeatAnswer:
         """Keep a broker's session; record the log dirs it reports offline; unfence it once it
         has caught up, run its controlled shutdown when it asks (leaderships move first, then
-        it may stop)."""
+        it may stop). `connection`: the one the heartbeat came on (see register_broker)."""
+        # On arrival, not once the lock is ours: a broker whose heartbeat is here is alive,
+        # however long a commit ahead of it holds the lock (the fencing timer waits for it too).
+        self._heartbeat_clock().touch(broker_id, self.clock_ms())
+        self._heard_on(broker_id, broker_epoch, connection)
         async with self._lock:
-            self._heartbeat_clock().touch(broker_id, time.monotonic() * 1000)
             known = check_broker_epoch(self.image, broker_id, broker_epoch)
             if offline_log_dirs:
                 await self._mark_log_dirs_offline(broker_id, offline_log_dirs)
@@ -953,23 +995,42 @@ class QuorumController:
         longest = self.heartbeats.session_timeout_ms / 2000
         if not self.raft.is_leader:
             return longest
-        now_ms = time.monotonic() * 1000
+        now_ms = self.clock_ms()
         deadline = self._heartbeat_clock().next_expiry_ms(self.image, now_ms)
         if deadline is None:
             return longest
         # expired() wants the session strictly exceeded: wake just after the deadline.
         return min(max((deadline + 1 - now_ms) / 1000, 0.001), longest)
 
+    async def wait_for_a_session_deadline(self) -> None:
+        """Sleep as seconds_until_a_session_expires says, or less when a heartbeat connection
+        closes meanwhile (its grace may end first): the fencing timer's wait before each
+        fence_expired_brokers."""
+        moved = self._session_deadline_moved
+        moved.clear()  # before the deadline is read: a loss noted later wakes the sleep
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(moved.wait(), self.seconds_until_a_session_expires())
+
     async def fence_expired_brokers(self) -> None:
-        """Fence every broker whose session timed out (broker.session.timeout.ms); run by the
-        active controller on a timer."""
+        """Fence every broker whose session timed out (broker.session.timeout.ms), or whose
+        heartbeat connection closed longer ago than broker.heartbeat.connection.loss.timeout.ms
+        without its coming back; run by the active controller on a timer."""
         if not self.raft.is_leader:
             return
         async with self._lock:
-            expired = self._heartbeat_clock().expired(self.image, time.monotonic() * 1000)
-            for broker_id in expired:
-                log.warning("fencing broker %d: no heartbeat for %d ms", broker_id,
-                            self.heartbeats.session_timeout_ms)
+            heartbeats = self._heartbeat_clock()
+            for broker_id in heartbeats.expired(self.image, self.clock_ms()):
+                now_ms = self.clock_ms()  # the commits before this one took time
+                if broker_id not in heartbeats.expired(self.image, now_ms):
+                    continue  # it heartbeat while an earlier fence committed
+                lost_ms = heartbeats.connection_lost_ms(self.image.brokers[broker_id])
+                grace_ms = heartbeats.connection_loss_timeout_ms
+                if lost_ms is not None and now_ms - lost_ms > grace_ms:
+                    log.warning("fencing broker %d: its heartbeat connection closed %d ms ago "
+                                "and it has not heartbeat since", broker_id, now_ms - lost_ms)
+                else:
+                    log.warning("fencing broker %d: no heartbeat for %d ms", broker_id,
+                                self.heartbeats.session_timeout_ms)
                 try:
                     await self._commit(fence_records(self.image, broker_id,
                                                      self.unclean_allowed))
@@ -1054,6 +1115,14 @@ class QuorumController:
             raise KafkaError(ErrorCode.INELIGIBLE_REPLICA, "a fenced or shutting-down broker, "
                              "or one whose log dir is offline, "
                              f"cannot join the ISR ({list(new_isr)})")
+        for r, epoch in zip(new_isr, change.new_isr_epochs, strict=False):
+            if r in part.isr or epoch == -1:
+                continue
+            registered = self.image.brokers[r].broker_epoch  # eligible: it is registered
+            if epoch != registered:
+                # KIP-903: the fetches that made it look in sync came from another incarnation.
+                raise KafkaError(ErrorCode.INELIGIBLE_REPLICA, f"broker {r} fetched with epoch "
+                                 f"{epoch}, it is registered with {registered}")
         return topic, part
 
     # -- reassignments (AlterPartitionReassignments 45, ListPartitionReassignments 46) -------

@@ -9,7 +9,12 @@ at, and when it last caught up), and from them the high watermark and the ISR:
   committed its removal (KIP-497's rule: a leader never acts on an ISR that is not committed);
 - a follower is out of sync when its end offset is behind the leader's and it has not caught up
   for `replica.lag.time.max.ms`; it may join when it has reached the high watermark and the
-  start of the leader's epoch (Kafka's `isFollowerInSync`).
+  start of the leader's epoch (Kafka's `isFollowerInSync`), and only while the metadata shows
+  its broker eligible (`isr_ineligibility`, Kafka's `isReplicaIsrEligible`);
+- a proposal to add a follower that the controller refused is not made again for that follower
+  until the metadata changes (the partition's epochs here; ReplicaManager forgets the refusal
+  when its broker's registration changes) or a backoff passes (`IsrJoinRefusal`), so a
+  follower the controller will not take is not proposed on every fetch.
 
 No I/O here: ReplicaManager drives it on the event loop, and the clock comes in as arguments.
 """
@@ -24,6 +29,12 @@ from typing import Any
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 
 UNKNOWN_OFFSET = -1
+NO_BROKER_EPOCH = -1  # a fetch that names no broker epoch (before Fetch v15): not checked
+# After a refused proposal to add a follower, the wait before proposing it again in unchanged
+# metadata: doubled on each refusal up to the max (Kafka's retry.backoff.ms and
+# retry.backoff.max.ms defaults). New metadata about the partition or the broker ends it.
+ISR_JOIN_BACKOFF_MS = 100
+ISR_JOIN_BACKOFF_MAX_MS = 1000
 
 
 @dataclass(slots=True)
@@ -35,9 +46,11 @@ class FollowerState:
     last_caught_up_ms: float = 0.0
     last_fetch_ms: float = 0.0
     leader_end_offset_at_last_fetch: int = UNKNOWN_OFFSET
+    # The broker epoch its last fetch carried (KIP-903): which incarnation of it is fetching.
+    broker_epoch: int = NO_BROKER_EPOCH
 
     def record_fetch(self, fetch_offset: int, log_start_offset: int, leader_end_offset: int,
-                     now_ms: float) -> None:
+                     now_ms: float, broker_epoch: int = NO_BROKER_EPOCH) -> None:
         """Kafka's Replica.updateFetchState: caught up now when it asked for the leader's end,
         caught up at its previous fetch when it has reached what the leader had then."""
         if fetch_offset >= leader_end_offset:
@@ -48,6 +61,35 @@ class FollowerState:
         self.log_start_offset = log_start_offset
         self.leader_end_offset_at_last_fetch = leader_end_offset
         self.last_fetch_ms = now_ms
+        self.broker_epoch = broker_epoch
+
+
+@dataclass(frozen=True, slots=True)
+class IsrJoinRefusal:
+    """The controller refused to add a follower to the ISR: the partition's epochs it was
+    refused in, and when the leader may propose it again anyway."""
+
+    leader_epoch: int
+    partition_epoch: int
+    retry_at_ms: float
+    backoff_ms: float
+
+
+def isr_ineligibility(registration: Any, fetch_broker_epoch: int) -> str | None:
+    """Why the metadata keeps a caught-up follower out of the ISR, or None when it may join:
+    its broker is not registered, fenced or shutting down, or its fetches come from another
+    incarnation than the registered one (KIP-903; a fetch without an epoch is not checked).
+    The controller refuses such a member (INELIGIBLE_REPLICA), so it is not proposed."""
+    if registration is None:
+        return "not registered"
+    if registration.fenced:
+        return "fenced"
+    if registration.in_controlled_shutdown:
+        return "shutting down"
+    if fetch_broker_epoch != NO_BROKER_EPOCH and fetch_broker_epoch != registration.broker_epoch:
+        return (f"fetching with broker epoch {fetch_broker_epoch}, registered with "
+                f"{registration.broker_epoch}")
+    return None
 
 
 @dataclass(slots=True)
@@ -69,6 +111,9 @@ class Partition:
     # The leader's end offset when it took this epoch: a follower joins the ISR only past it.
     leader_epoch_start_offset: int = 0
     followers: dict[int, FollowerState] = field(default_factory=dict)
+    # Followers the controller refused to add, held back until the metadata changes or a backoff
+    # passes (replica id -> refusal).
+    isr_join_refusals: dict[int, IsrJoinRefusal] = field(default_factory=dict)
     # acks=all produces waiting for the high watermark: (offset needed, future).
     hw_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     # CreateChunks is closing the active chunk here: appends wait (server/chunks.py).
@@ -109,6 +154,7 @@ class Partition:
         self.pending_isr = None
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0.0)
                           for r in self.replicas if r != self.local_id}
+        self.isr_join_refusals = {}
 
     def track_replicas(self) -> None:
         """Follow the replica set as it changes under one leader epoch (reassignments): a new
@@ -118,6 +164,7 @@ class Partition:
                 self.followers[replica] = FollowerState()
         for replica in [r for r in self.followers if r not in self.replicas]:
             del self.followers[replica]
+            self.isr_join_refusals.pop(replica, None)
 
     def fail_waiters(self, error: KafkaError) -> None:
         waiters, self.hw_waiters = self.hw_waiters, []
@@ -128,7 +175,8 @@ class Partition:
     # -- followers, as the leader sees them --------------------------------------------------
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int, log_start_offset: int,
-                              now_ms: float) -> FollowerState:
+                              now_ms: float, broker_epoch: int = NO_BROKER_EPOCH
+                              ) -> FollowerState:
         """A follower fetched at `fetch_offset`: it holds everything below it. NOT_LEADER_OR_
         FOLLOWER for a broker that is not a replica."""
         state = self.followers.get(replica_id)
@@ -136,7 +184,8 @@ class Partition:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                              f"broker {replica_id} is not a replica of "
                              f"{self.topic}-{self.partition}")
-        state.record_fetch(fetch_offset, log_start_offset, self.log.log_end_offset, now_ms)
+        state.record_fetch(fetch_offset, log_start_offset, self.log.log_end_offset, now_ms,
+                           broker_epoch)
         return state
 
     def diverging_epoch(self, last_fetched_epoch: int, fetch_offset: int
@@ -154,10 +203,36 @@ class Partition:
         return None
 
     def may_join_isr(self, replica_id: int) -> bool:
+        """Whether the follower has caught up enough to join (the log's side of Kafka's
+        needsExpandIsr; the metadata's side is `isr_ineligibility`)."""
         state = self.followers.get(replica_id)
         return (state is not None and replica_id not in self.maximal_isr
                 and state.log_end_offset >= self.high_watermark
                 and state.log_end_offset >= self.leader_epoch_start_offset)
+
+    def isr_join_held_back(self, replica_id: int, now_ms: float) -> bool:
+        """Whether a refusal to add the follower still holds: made in the partition's epochs
+        as they are now and its backoff not over. A refusal of earlier epochs is forgotten."""
+        refusal = self.isr_join_refusals.get(replica_id)
+        if refusal is None:
+            return False
+        if (refusal.leader_epoch != self.leader_epoch
+                or refusal.partition_epoch != self.partition_epoch):
+            del self.isr_join_refusals[replica_id]
+            return False
+        return now_ms < refusal.retry_at_ms
+
+    def refuse_isr_join(self, replica_id: int, now_ms: float) -> float:
+        """The controller refused to add the follower: hold it back for a backoff that doubles
+        while the refusals come in the same metadata; returns the backoff (ms)."""
+        previous = self.isr_join_refusals.get(replica_id)
+        backoff_ms: float = ISR_JOIN_BACKOFF_MS
+        if (previous is not None and previous.leader_epoch == self.leader_epoch
+                and previous.partition_epoch == self.partition_epoch):
+            backoff_ms = min(previous.backoff_ms * 2, ISR_JOIN_BACKOFF_MAX_MS)
+        self.isr_join_refusals[replica_id] = IsrJoinRefusal(
+            self.leader_epoch, self.partition_epoch, now_ms + backoff_ms, backoff_ms)
+        return backoff_ms
 
     def out_of_sync_replicas(self, now_ms: float, max_lag_ms: int) -> list[int]:
         """ISR members that are behind and have not caught up for `max_lag_ms`."""

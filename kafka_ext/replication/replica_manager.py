@@ -37,7 +37,12 @@ from kafka_ext.protocol.records import (
     recompress_batch,
 )
 from kafka_ext.replication.chunk_filler import ChunkFiller
-from kafka_ext.replication.partition import Partition
+from kafka_ext.replication.partition import (
+    ISR_JOIN_BACKOFF_MS,
+    NO_BROKER_EPOCH,
+    Partition,
+    isr_ineligibility,
+)
 from kafka_ext.replication.replication_quota import (
     FOLLOWER_RATE,
     FOLLOWER_REPLICAS,
@@ -111,7 +116,8 @@ class ReplicaManager:
 
         Diskless partitions get no log: their data lives in WAL objects (kafka_ext.diskless).
         """
-        self._image = new
+        previous, self._image = self._image, new
+        self._forget_isr_join_refusals(previous, new)
         self.leader_throttled = throttled_partitions(new, LEADER_REPLICAS, self.node_id)
         self.follower_throttled = throttled_partitions(new, FOLLOWER_REPLICAS, self.node_id)
         self._apply_chunks(new)
@@ -483,15 +489,55 @@ class ReplicaManager:
     # -- followers, as their leader sees them ------------------------------------------------
 
     def record_follower_fetch(self, hosted: Partition, replica_id: int, fetch_offset: int,
-                              log_start_offset: int) -> None:
-        """A follower's fetch at `fetch_offset`: it may join the ISR, and the high watermark
-        may move (waking acks=all produces and consumers)."""
-        hosted.record_follower_fetch(replica_id, fetch_offset, log_start_offset, self.clock_ms())
+                              log_start_offset: int,
+                              broker_epoch: int = NO_BROKER_EPOCH) -> None:
+        """A follower's fetch at `fetch_offset` (with the broker epoch it carried): it may join
+        the ISR, and the high watermark may move (waking acks=all produces and consumers)."""
+        now_ms = self.clock_ms()
+        state = hosted.record_follower_fetch(replica_id, fetch_offset, log_start_offset, now_ms,
+                                             broker_epoch)
         if hosted.pending_isr is None and hosted.may_join_isr(replica_id):
-            log.info("%s-%d: broker %d caught up, asking for it to join the ISR",
-                     hosted.topic, hosted.partition, replica_id)
-            self._propose(hosted, hosted.isr + (replica_id,))
+            self._maybe_expand_isr(hosted, replica_id, state.broker_epoch, now_ms)
         self._maybe_advance_high_watermark(hosted)
+
+    def _maybe_expand_isr(self, hosted: Partition, replica_id: int, broker_epoch: int,
+                          now_ms: float) -> None:
+        """Kafka's maybeExpandIsr for a follower that has caught up: proposed only when the
+        metadata shows it eligible (the controller would refuse it otherwise), and not again
+        after a refusal until the metadata about it changes or the backoff passes. Checked on
+        every fetch, so what holds a follower back is logged at debug level only."""
+        registration = self._image.brokers.get(replica_id)
+        reason = isr_ineligibility(registration, broker_epoch)
+        if reason is None and replica_id in self._replicas_on_offline_dirs(hosted):
+            reason = "its log dir is offline"  # KIP-858: the controller refuses it too
+        if reason is not None:
+            log.debug("%s-%d: broker %d caught up but may not join the ISR: %s", hosted.topic,
+                      hosted.partition, replica_id, reason)
+            return
+        if hosted.isr_join_held_back(replica_id, now_ms):
+            return
+        log.info("%s-%d: broker %d caught up, asking for it to join the ISR",
+                 hosted.topic, hosted.partition, replica_id)
+        self._propose(hosted, hosted.isr + (replica_id,))
+
+    def _forget_isr_join_refusals(self, old: MetadataImage, new: MetadataImage) -> None:
+        """New metadata about a broker (fenced, unfenced, re-registered, shutting down) ends
+        the refusals to add it: the leader may propose it again at its next fetch."""
+        if old.brokers is new.brokers:
+            return
+        changed = {b for b in old.brokers.keys() | new.brokers.keys()
+                   if old.brokers.get(b) != new.brokers.get(b)}
+        if not changed:
+            return
+        for hosted in self.partitions.values():
+            if hosted.isr_join_refusals:
+                for broker_id in changed:
+                    hosted.isr_join_refusals.pop(broker_id, None)
+
+    def _replicas_on_offline_dirs(self, hosted: Partition) -> set[int]:
+        known = self._image.topics_by_id.get(hosted.topic_id)
+        part = known.partitions.get(hosted.partition) if known is not None else None
+        return self._image.replicas_on_offline_dirs(part) if part is not None else set()
 
     def shrink_isrs(self) -> None:
         """Propose removing the followers that stayed behind for replica.lag.time.max.ms (run
@@ -519,6 +565,27 @@ class ReplicaManager:
     def _propose(self, hosted: Partition, new_isr: tuple[int, ...]) -> None:
         hosted.pending_isr = new_isr
         self.propose_isr(hosted, new_isr)
+
+    def isr_change_refused(self, hosted: Partition, proposed: tuple[int, ...],
+                           error: ErrorCode) -> None:
+        """The controller refused a proposal in the partition's current epochs (INELIGIBLE_
+        REPLICA, OPERATION_NOT_ATTEMPTED, INVALID_REQUEST, ...): the committed ISR stays, and a
+        follower it would have added is held back (Partition.refuse_isr_join) until the
+        metadata about it changes or the backoff passes, where Kafka's leader would propose it
+        again on its next fetch. A refusal repeated in unchanged metadata logs at debug."""
+        now_ms = self.clock_ms()
+        added = [r for r in proposed if r not in hosted.isr]
+        backoffs = [hosted.refuse_isr_join(r, now_ms) for r in added]
+        repeated = bool(backoffs) and min(backoffs) > ISR_JOIN_BACKOFF_MS
+        if added:
+            log.log(logging.DEBUG if repeated else logging.INFO,
+                    "%s-%d: ISR change to %s refused: %s; broker(s) %s not proposed again "
+                    "before the metadata about them changes or %d ms pass", hosted.topic,
+                    hosted.partition, list(proposed), error.name, added, min(backoffs))
+        else:
+            log.info("%s-%d: ISR change to %s refused: %s", hosted.topic, hosted.partition,
+                     list(proposed), error.name)
+        self.isr_change_done(hosted, None, -1)
 
     def isr_change_done(self, hosted: Partition, isr: tuple[int, ...] | None,
                         partition_epoch: int) -> None:

@@ -4,7 +4,8 @@ partition's ISR; v0-3 (topic ids from v2, broker epochs per ISR member from v3).
 Only the active controller answers (NOT_CONTROLLER elsewhere: the leader retries with the
 quorum's new leader). Each partition is checked against the metadata as it is now
 (controller/quorum_controller.py `alter_partition`) and answered with the partition's leader,
-leader epoch, ISR and partition epoch after the change.
+leader epoch, ISR and partition epoch after the change. A new member that is fenced, shutting
+down or (v3) fetching with another broker epoch than the registered one is INELIGIBLE_REPLICA.
 """
 
 from __future__ import annotations
@@ -45,13 +46,16 @@ async def answer_alter_partition(broker: Broker, request: Any, version: int) -> 
             topic_id = found.topic_id if found is not None else ZERO_UUID
         names[topic_id] = topic.topic_name
         for p in topic.partitions:
-            isr = (tuple(b.broker_id for b in p.new_isr_with_epochs)
-                   if version >= ISR_WITH_EPOCHS_VERSION else tuple(p.new_isr))
+            if version >= ISR_WITH_EPOCHS_VERSION:
+                isr = tuple(b.broker_id for b in p.new_isr_with_epochs)
+                epochs = tuple(b.broker_epoch for b in p.new_isr_with_epochs)
+            else:
+                isr, epochs = tuple(p.new_isr), ()
             if topic_id == ZERO_UUID:
                 unknown.append((topic.topic_name, p.partition_index))
                 continue
             changes.append(IsrChange(topic_id, p.partition_index, p.leader_epoch,
-                                     p.partition_epoch, isr))
+                                     p.partition_epoch, isr, epochs))
     try:
         results = await controller.alter_partition(request.broker_id, request.broker_epoch,
                                                    changes)

@@ -184,6 +184,8 @@ class Broker:
                                           _connection_quotas(config))
         self.controller: QuorumController = None  # type: ignore[assignment]  # set in start()
         self.node_channels = NodeChannels(lambda _: None, f"kafka-ext-node-{config.node_id}")
+        self.heartbeat_channels = NodeChannels(lambda _: None,
+                                               f"kafka-ext-heartbeat-{config.node_id}")
         # Broker to broker (transaction markers), at their inter-broker listener.
         self.broker_channels = NodeChannels(self.broker_endpoint,
                                             f"kafka-ext-broker-{config.node_id}",
@@ -511,6 +513,8 @@ class Broker:
                 "metadata.log.max.record.bytes.between.snapshots"])),
             snapshot_interval_ms=int(str(config.values["metadata.log.max.snapshot.interval.ms"])),
             broker_session_timeout_ms=int(str(config.values["broker.session.timeout.ms"])),
+            broker_connection_loss_timeout_ms=int(str(
+                config.values["broker.heartbeat.connection.loss.timeout.ms"])),
             is_broker=config.is_broker,
             unclean_leader_election=config.unclean_leader_election_enable)
         if self.controller.raft.voters != [ReplicaKey(self.node_id)]:
@@ -548,6 +552,13 @@ class Broker:
                                           self.controller_client_security)
         raft_channels = NodeChannels(endpoints.get, f"kafka-ext-raft-{self.node_id}",
                                      self.controller_client_security)
+        # Registration and heartbeats have a connection of their own, as Kafka's
+        # BrokerLifecycleManager has a channel of its own: the active controller takes its
+        # closing for this process's end (broker.heartbeat.connection.loss.timeout.ms).
+        self.heartbeat_channels = NodeChannels(
+            endpoints.get, f"kafka-ext-heartbeat-{self.node_id}",
+            self.controller_client_security,
+            on_connection_lost=self.lifecycle.controller_connection_lost)
         return RaftManager(local, voters, KafkaMetadataLog(metadata_log), metadata_log.dir,
                            self.cluster_id, raft_channels, self.run_blocking, raft_config)
 
@@ -596,6 +607,7 @@ class Broker:
         await self.group_coordinator.stop()
         await self.controller.stop()
         await self.node_channels.close()
+        await self.heartbeat_channels.close()
         await self.broker_channels.close()
         await self.replica_mover.close()
         await self.run_blocking(self.log_manager.close)
@@ -645,10 +657,11 @@ class Broker:
     async def _fence_expired_brokers_on_time(self) -> None:
         """The active controller fences a broker as soon as its session runs out: a dead
         leader's partitions move within broker.session.timeout.ms, not up to half a session
-        later."""
+        later, or within broker.heartbeat.connection.loss.timeout.ms of its heartbeat
+        connection closing."""
         controller = self.controller
         while True:
-            await asyncio.sleep(controller.seconds_until_a_session_expires())
+            await controller.wait_for_a_session_deadline()
             try:
                 await controller.fence_expired_brokers()
             except Exception:

@@ -6,6 +6,12 @@ heartbeats every broker.heartbeat.interval.ms with the metadata offset it has ap
 controller unfences it once it has caught up, and it finishes starting then. A broker whose
 heartbeats stop is fenced after broker.session.timeout.ms. On SIGTERM it asks for a controlled
 shutdown: its leaderships move first, then the controller lets it go.
+
+Registration and heartbeats have a connection of their own (`Broker.heartbeat_channels`, as
+Kafka's BrokerLifecycleManager has its own channel), and the active controller watches it: once
+it closes, the broker is fenced after broker.heartbeat.connection.loss.timeout.ms unless it
+heartbeats again on a new one, which a live broker does at once (`controller_connection_lost`).
+So a broker whose process dies is fenced within that grace, not a whole session.
 """
 
 from __future__ import annotations
@@ -14,23 +20,31 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-from kafka_ext.controller.cluster_control import BrokerListener, HeartbeatAnswer
+from kafka_ext.controller.cluster_control import IN_PROCESS, BrokerListener, HeartbeatAnswer
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 
 if TYPE_CHECKING:
+    from kafka_ext.network.connection import KafkaConnection
     from kafka_ext.server.broker import Broker
     from kafka_ext.server.dispatcher import RequestContext
 
 log = logging.getLogger(__name__)
 
 RETRY_BACKOFF_S = 0.2
+# A heartbeat asked for at once (its connection closed, a log dir went offline) still starts
+# this long after the one before: a controller that drops each connection is not asked in a loop.
+HEARTBEAT_AGAIN_MIN_S = 0.05
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
 _SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+# What goes on the broker's own connection to the controller (Broker.heartbeat_channels).
+_LIFECYCLE_APIS = frozenset({ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT})
+# KafkaConnection.state key: the controller watches this connection close.
+_WATCHED = "broker_heartbeat_connection"
 _reg = registry()
 
 
@@ -93,14 +107,28 @@ class BrokerLifecycleManager:
         """Send the next heartbeat at once (a log dir went offline: the controller must know)."""
         self._heartbeat_now.set()
 
+    def controller_connection_lost(self, node_id: int) -> None:
+        """A connection of heartbeat_channels closed. When it goes to the active controller,
+        heartbeat again at once, on a new one, before the controller's
+        broker.heartbeat.connection.loss.timeout.ms takes this broker for dead (a heartbeat
+        on it may have arrived although its answer did not). That is this node itself when a
+        heartbeat sent while it did not lead reached it leading again: the next one, in
+        process, tells it no connection is to be watched. Connections to controllers of
+        earlier terms do not matter."""
+        if node_id == self.broker.controller.raft.leader_id:
+            log.debug("connection to controller %d lost: heartbeating at once", node_id)
+            self._heartbeat_now.set()
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             self._task = None
 
     async def _heartbeat_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             self._heartbeat_now.clear()  # this heartbeat carries what was asked for so far
+            started = loop.time()
             try:
                 answer = await self._heartbeat()
             except KafkaError as exc:
@@ -125,6 +153,8 @@ class BrokerLifecycleManager:
                                        self.interval_s if not self.fenced else RETRY_BACKOFF_S)
             except TimeoutError:
                 pass
+            else:
+                await asyncio.sleep(started + HEARTBEAT_AGAIN_MIN_S - loop.time())
 
     async def _with_retries(self, call: Any) -> Any:
         while True:
@@ -171,15 +201,18 @@ class BrokerLifecycleManager:
     async def to_controller(self, api_key: int, version: int, request: Any,
                             local: Callable[[Broker, Any], Awaitable[Any]]) -> Any:
         """The active controller's answer: `local`'s (this node's own handler) when it leads
-        the quorum. NOT_CONTROLLER while there is no leader; ConnectionError, TimeoutError."""
+        the quorum. NOT_CONTROLLER while there is no leader; ConnectionError, TimeoutError.
+        Registration and heartbeats go on the broker's own connection to it."""
         broker = self.broker
         raft = broker.controller.raft
         if raft.is_leader:
             return await local(broker, request)
         if raft.leader_id < 0:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller yet")
-        return await broker.node_channels.request(raft.leader_id, api_key, version, request,
-                                                  raft.config.request_timeout_ms / 1000)
+        channels = (broker.heartbeat_channels if api_key in _LIFECYCLE_APIS
+                    else broker.node_channels)
+        return await channels.request(raft.leader_id, api_key, version, request,
+                                      raft.config.request_timeout_ms / 1000)
 
     def listeners(self) -> list[BrokerListener]:
         """The listeners clients reach this broker on (advertised, controller ones aside)."""
@@ -195,7 +228,10 @@ class BrokerLifecycleManager:
 
 # -- the controller's side --------------------------------------------------------------------
 
-async def answer_broker_registration(broker: Broker, request: Any) -> Any:
+async def answer_broker_registration(broker: Broker, request: Any,
+                                     connection: Hashable | None = IN_PROCESS) -> Any:
+    """`connection`: the one the request came on; IN_PROCESS for this node's own broker,
+    None when not known (forwarded)."""
     Response = _reg["BrokerRegistrationResponse"].cls
     if request.cluster_id != broker.cluster_id:
         return Response(throttle_time_ms=0, error_code=ErrorCode.INCONSISTENT_CLUSTER_ID,
@@ -204,18 +240,22 @@ async def answer_broker_registration(broker: Broker, request: Any) -> Any:
         epoch = await broker.controller.register_broker(
             request.broker_id, request.incarnation_id,
             [BrokerListener(lst.name, lst.host, lst.port, lst.security_protocol)
-             for lst in request.listeners], request.rack, list(request.log_dirs or ()))
+             for lst in request.listeners], request.rack, list(request.log_dirs or ()),
+            connection)
     except KafkaError as exc:
         return Response(throttle_time_ms=0, error_code=exc.code, broker_epoch=-1)
     return Response(throttle_time_ms=0, error_code=0, broker_epoch=epoch)
 
 
-async def answer_broker_heartbeat(broker: Broker, request: Any) -> Any:
+async def answer_broker_heartbeat(broker: Broker, request: Any,
+                                  connection: Hashable | None = IN_PROCESS) -> Any:
+    """`connection`: as answer_broker_registration's."""
     Response = _reg["BrokerHeartbeatResponse"].cls
     try:
         answer = await broker.controller.broker_heartbeat(
             request.broker_id, request.broker_epoch, request.current_metadata_offset,
-            request.want_fence, request.want_shut_down, list(request.offline_log_dirs or ()))
+            request.want_fence, request.want_shut_down, list(request.offline_log_dirs or ()),
+            connection)
     except KafkaError as exc:
         return Response(throttle_time_ms=0, error_code=exc.code, is_caught_up=False,
                         is_fenced=True, should_shut_down=False)
@@ -224,8 +264,22 @@ async def answer_broker_heartbeat(broker: Broker, request: Any) -> Any:
 
 
 async def handle_broker_registration(ctx: RequestContext, request: Any) -> Any:
-    return await answer_broker_registration(ctx.broker, request)
+    return await answer_broker_registration(ctx.broker, request, _watched_connection(ctx))
 
 
 async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
-    return await answer_broker_heartbeat(ctx.broker, request)
+    return await answer_broker_heartbeat(ctx.broker, request, _watched_connection(ctx))
+
+
+def _watched_connection(ctx: RequestContext) -> KafkaConnection | None:
+    """The connection a broker's own registration or heartbeat came on, which the controller
+    is told of when it closes; None for one another node forwarded (its connection is that
+    node's)."""
+    if ctx.forwarded:
+        return None
+    connection = ctx.connection
+    if not connection.state.get(_WATCHED):
+        connection.state[_WATCHED] = True
+        controller = ctx.broker.controller
+        connection.lost_callbacks.append(controller.broker_connection_lost)
+    return connection

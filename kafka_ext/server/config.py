@@ -545,6 +545,12 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
        "ms", at_least(1)),
     _d("broker.session.timeout.ms", _I, 9000,
        "A broker without a heartbeat for this long is fenced.", "ms", at_least(1)),
+    _d("broker.heartbeat.connection.loss.timeout.ms", _I, 500,
+       "A broker whose heartbeat connection to the active controller closed (its process died, "
+       "or the link was reset) is fenced after this long unless it heartbeats again on another "
+       "connection; a link that goes silent without closing still waits for "
+       "broker.session.timeout.ms. -1 turns this off (kafka-ext's own, docs/cluster.md).",
+       "ms", at_least(-1)),
     _d("controller.quorum.election.timeout.ms", _I, 1000,
        "How long a voter waits for a leader before it starts an election.", "ms", at_least(1)),
     _d("controller.quorum.election.backoff.max.ms", _I, 1000,

@@ -167,6 +167,9 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
     broker = ctx.broker
     replicas = broker.replica_manager
     image = broker.controller.image
+    # KIP-903: the incarnation of the follower fetching; an ISR member must be the registered one.
+    broker_epoch = (request.replica_state.replica_epoch
+                    if ctx.api_version >= REPLICA_STATE_VERSION else -1)
     wanted: list[tuple[str, Any, Any]] = []  # (topic name, topic id, FetchPartition)
     results: list[Any] = []
     if not cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):  # only brokers replicate
@@ -207,7 +210,7 @@ async def _handle_replica_fetch(ctx: RequestContext, request: Any, replica_id: i
             if (hosted.diverging_epoch(p.last_fetched_epoch, p.fetch_offset) is None
                     and plog.log_start_offset <= p.fetch_offset <= plog.log_end_offset):
                 replicas.record_follower_fetch(hosted, replica_id, p.fetch_offset,
-                                               p.log_start_offset)
+                                               p.log_start_offset, broker_epoch)
         except KafkaError as exc:
             data.error_code = int(exc.code)
             data.high_watermark = -1

@@ -389,6 +389,15 @@ class BrokerCollector:
                        replicas.isr_expands)
         yield _counter(prefix + "failedisrupdates", "ISR changes the controller refused",
                        replicas.failed_isr_updates)
+        # Not Kafka MBeans: what this broker's AlterPartitionManager sent, answered by the
+        # active controller wherever it runs (this node's own answers never cross the network,
+        # so the controller's RequestMetrics miss them).
+        alter = self.broker.alter_partitions
+        yield _counter("kafka_server_alterpartitionmanager_requests",
+                       "AlterPartition requests this broker sent as leader", alter.requests_sent)
+        yield _counter("kafka_server_alterpartitionmanager_partitions",
+                       "ISR proposals (partitions) in the AlterPartition requests this broker sent",
+                       alter.partitions_sent)
 
     def _log_metrics(self) -> Iterator[Metric]:
         log_manager = self.broker.log_manager

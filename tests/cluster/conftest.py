@@ -210,6 +210,18 @@ class Network:
 
         self._call(apply())
 
+    def reset_links(self, links: Iterable[Link]) -> None:
+        """Close the connections of `links` now, both ends, and let new ones through: a reset
+        (a middlebox's RST, a flapping NIC), not a cut."""
+        chosen = list(links)
+
+        async def apply() -> None:
+            for link in chosen:
+                for relay in list(self._relays.get(link, ())):
+                    relay.drop()
+
+        self._call(apply())
+
     def cut_links(self) -> dict[Link, CutMode]:
         """The links cut now, and how."""
         async def read() -> dict[Link, CutMode]:
@@ -393,6 +405,10 @@ class Cluster:
         """Cut directed links: a cut (i, j) stops the connections node i opens to node j
         (quorum and inter-broker), so one-way cuts make asymmetric partitions."""
         self.network.set_links(links, mode)
+
+    def reset(self, links: Iterable[Link]) -> None:
+        """Reset the connections of directed links (Network.reset_links); nothing stays cut."""
+        self.network.reset_links(links)
 
     def partition(self, *sides: Iterable[int], mode: CutMode = "drop") -> None:
         """Cut every link, both ways, between nodes on different sides; nodes on no side

@@ -21,6 +21,9 @@ and a failing seed replays with FAULT_SEEDS=<seed> FAULT_ROUNDS=<rounds>. FAULT_
 each fault without waiting for the last one's recovery. `run_campaign` takes the topic it writes
 (`CampaignTopic`) and the fault families it alternates, so the same campaign runs on diskless
 topics (tests/cluster/test_diskless_s3_cluster.py).
+
+One more test heals a node cut off past its session and counts, from the brokers' /metrics, the
+ISR proposals its return costs (issue 33 item 4: no retry storm of refused AlterPartitions).
 """
 
 from __future__ import annotations
@@ -31,19 +34,21 @@ import socket
 import socketserver
 import threading
 import time
+import urllib.request
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_ext.client.probe import api_versions_request, recv_exact
 from kafka_ext.protocol.api_keys import NODE_SOFTWARE_NAME, ApiKey
 from kafka_ext.protocol.framing import encode_request
 from tests.cluster.conftest import Cluster, CutMode, Network, Node
-from tests.cluster.test_cluster import wait_until
+from tests.cluster.test_cluster import brokers_seen, wait_until
 from tests.cluster.test_replication import (
     REPLICATION,
     SequencedProducer,
@@ -51,6 +56,7 @@ from tests.cluster.test_replication import (
     partition_state,
     read_all,
 )
+from tests.integration.conftest import free_port
 
 TOPIC = "ledger"
 PARTITIONS = 3
@@ -268,6 +274,94 @@ def test_no_acknowledged_write_is_lost_nor_read_skipped_through_kills_pauses_and
     cluster: Cluster = cluster_factory(combined=3, extra={
         **REPLICATION, "replica.socket.timeout.ms": "3000"})
     run_campaign(cluster, seed, ROUNDS, OVERLAP)
+
+
+HEALING_PARTITIONS = 6
+# What one healing may cost in ISR proposals per partition: the one that adds the node back,
+# and room for a refusal or two where a leader's metadata lagged the controller's. The storm
+# this bounds was a proposal per fetch (every ~20 ms) for as long as the node stayed fenced.
+PROPOSALS_PER_PARTITION = 3
+_PROPOSALS = "kafka_server_alterpartitionmanager_partitions_total"
+_REFUSALS = "kafka_server_replicamanager_failedisrupdates_total"
+_END_OFFSET = "kafka_log_log_logendoffset"
+
+
+def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of one node's /metrics, by (name, labels)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _end_offsets(port: int, topic: str, partitions: list[int]) -> list[float]:
+    found = _scrape(port)
+    return [found.get((_END_OFFSET, frozenset({("topic", topic), ("partition", str(p))})), -1.0)
+            for p in partitions]
+
+
+def test_a_healed_node_rejoins_every_isr_without_a_storm_of_alter_partitions(
+        cluster_factory: Any) -> None:
+    """A node cut off past its session is fenced and leaves every ISR. The cut heals towards
+    the other broker first and towards the active controller a second later, so for that second
+    the node's followers are caught up on that broker's partitions while the controller still
+    has it fenced (its heartbeats do not get through): the leader must not propose it then
+    (each proposal would be refused INELIGIBLE_REPLICA, and it came on every fetch), and must
+    propose it once per partition when its metadata shows it unfenced."""
+    ports = {n: free_port() for n in (1, 2, 3)}
+    cluster: Cluster = cluster_factory(combined=3, extra={
+        **REPLICATION, "replica.socket.timeout.ms": "3000",
+        "prometheus.metrics.host": "127.0.0.1"},
+        node_extra={n: {"prometheus.metrics.port": str(port)} for n, port in ports.items()})
+    topic = CampaignTopic(name="healing", partitions=HEALING_PARTITIONS,
+                          aimed_at="healing", aimed_at_partitions=HEALING_PARTITIONS)
+    create_replicated_topic(cluster.brokers[0], topic.name, topic.partitions, 3, topic.configs)
+    controller = cluster.wait_for_leader(list(cluster.nodes.values()))
+    cut_off, bridge = sorted((n for n in cluster.nodes if n != controller), reverse=True)
+    stays = cluster.nodes[bridge]
+    producer = SequencedProducer(stays, topic.name)
+    writer = ContinuousWriter(producer)  # the cut-off node falls behind, then catches up
+    writer.start()
+    try:
+        wait_until(lambda: len(producer.acked) > 100, 30, "writes acknowledged")
+        cluster.isolate(cut_off)
+        # Fenced (Metadata lists only unfenced brokers), not just shrunk out for its lag.
+        wait_until(lambda: cut_off not in brokers_seen(stays) and all(
+            cut_off not in isr for _, _, isr in partition_state(stays, topic.name).values()),
+            60, f"node {cut_off} fenced and out of every ISR")
+        before = {n: _scrape(port) for n, port in ports.items()}
+        cluster.heal([(cut_off, bridge), (bridge, cut_off)])
+        led = [p for p, (leader, _, _) in partition_state(stays, topic.name).items()
+               if leader == bridge]
+        assert led, "the broker the cut heals towards first leads nothing"
+        missed = _end_offsets(ports[bridge], topic.name, led)
+        wait_until(lambda: all(ours >= theirs for ours, theirs in zip(
+            _end_offsets(ports[cut_off], topic.name, led), missed, strict=True)), 30,
+            f"node {cut_off} caught up on {bridge}'s partitions {led}")
+        time.sleep(1.0)  # the fault: caught up and fenced, fetching, for a second
+        cluster.heal()
+        wait_until(lambda: _all_in_sync(cluster, topic), 60,
+                   f"node {cut_off} back in the ISR of every partition")
+    finally:
+        writer.stop()
+    after = {n: _scrape(port) for n, port in ports.items()}
+
+    def since_the_cut(name: str, nodes: Iterable[int]) -> float:
+        return sum(after[n].get((name, frozenset()), 0.0)
+                   - before[n].get((name, frozenset()), 0.0) for n in nodes)
+
+    # The leaders that take the node back; the node itself only retries, with a backoff, the
+    # shrinks it proposed as a leader before it learns it leads nothing any more.
+    leaders = [n for n in ports if n != cut_off]
+    proposals = since_the_cut(_PROPOSALS, leaders)
+    refusals = since_the_cut(_REFUSALS, ports)
+    print(f"healing node {cut_off}: {proposals:.0f} ISR proposals by the leaders, "
+          f"{since_the_cut(_PROPOSALS, [cut_off]):.0f} by the node, {refusals:.0f} refused")
+    assert proposals <= PROPOSALS_PER_PARTITION * topic.partitions, (proposals, refusals)
+    for node in cluster.brokers:  # every broker's metadata has it back everywhere
+        assert all(sorted(isr) == [1, 2, 3]
+                   for _, _, isr in partition_state(node, topic.name).values())
+    assert producer.failed == [], producer.failed[:5]
 
 
 def check_history(acked: dict[bytes, tuple[int, int]],

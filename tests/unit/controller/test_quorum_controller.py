@@ -363,6 +363,34 @@ async def test_alter_partition_changes_the_isr_only_from_the_current_leader_and_
     assert caught.value.code == ErrorCode.STALE_BROKER_EPOCH
 
 
+async def test_alter_partition_refuses_a_new_member_fetching_with_another_broker_epoch(
+        controller: QuorumController) -> None:
+    """KIP-903: a member that joins must be the registered incarnation of its broker; -1 (or
+    AlterPartition before v3, which names no epochs) is not checked."""
+    epochs = await _register(controller, 1, 2, 3)
+    await _create(controller, TopicCreation("orders", 1, 3))
+    topic_id = controller.image.topics_by_name["orders"].topic_id
+    part = _partition(controller, "orders", 0)
+    leader, follower = part.leader, part.replicas[1]
+    [shrunk] = await controller.alter_partition(leader, epochs[leader], [IsrChange(
+        topic_id, 0, part.leader_epoch, part.partition_epoch,
+        tuple(r for r in part.isr if r != follower))])
+    assert shrunk.error == ErrorCode.NONE
+
+    async def join(follower_epoch: int) -> Any:
+        now = _partition(controller, "orders", 0)
+        isr = (*now.isr, follower)
+        given = tuple(follower_epoch if r == follower else epochs[r] for r in isr)
+        [result] = await controller.alter_partition(leader, epochs[leader], [IsrChange(
+            topic_id, 0, now.leader_epoch, now.partition_epoch, isr, given)])
+        return result
+
+    assert (await join(epochs[follower] - 1)).error == ErrorCode.INELIGIBLE_REPLICA
+    assert follower not in _partition(controller, "orders", 0).isr
+    assert (await join(-1)).error == ErrorCode.NONE
+    assert follower in _partition(controller, "orders", 0).isr
+
+
 async def test_controlled_shutdown_hands_replicated_leaderships_to_in_sync_replicas(
         controller: QuorumController) -> None:
     epochs = await _register(controller, 1, 2, 3)

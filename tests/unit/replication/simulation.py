@@ -77,10 +77,14 @@ from kafka_ext.protocol.record_batch import (
     validate_batches,
 )
 from kafka_ext.protocol.records import Record, build_batch, decode_all_batches
-from kafka_ext.replication import alter_partition_manager
 from kafka_ext.replication.alter_partition_manager import AlterPartitionManager
 from kafka_ext.replication.partition import Partition
-from kafka_ext.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager, _Followed
+from kafka_ext.replication.replica_fetcher import (
+    REPLICA_FETCH_VERSION,
+    ReplicaFetcher,
+    ReplicaFetcherManager,
+    _Followed,
+)
 from kafka_ext.replication.replica_manager import ReplicaManager, _check_isr_after_append
 from kafka_ext.security.session import PLAINTEXT_CLIENT
 from kafka_ext.server import broker_lifecycle
@@ -110,7 +114,6 @@ FETCH_BACKOFF_MS = 50
 CONTROLLER_TIMEOUT_MS = 150
 METADATA_REFRESH_MS = 250
 PRODUCE_TIMEOUT_MS = 1500
-ALTER_RETRY_MS = int(alter_partition_manager.RETRY_BACKOFF_S * 1000)
 LIFECYCLE_RETRY_MS = int(broker_lifecycle.RETRY_BACKOFF_S * 1000)
 
 T = TypeVar("T")
@@ -1105,7 +1108,7 @@ class Simulation:
 
     def _send_alter(self, broker: Broker) -> None:
         """One turn of AlterPartitionManager._send_queued: the real _send, then _settle; a
-        request that fails is retried after RETRY_BACKOFF_S."""
+        request that fails is retried after the real _not_answered's backoff."""
         alter = broker.alter
         assert alter is not None
         if not alter._queued:
@@ -1134,7 +1137,8 @@ class Simulation:
         def failed(exc: Exception) -> None:
             for tp, proposal in batch.items():
                 alter._queued.setdefault(tp, proposal)
-            self._on_broker(broker, ALTER_RETRY_MS, lambda: self._send_alter(broker))
+            retry_ms = round(alter._not_answered(exc) * 1000)
+            self._on_broker(broker, retry_ms, lambda: self._send_alter(broker))
 
         call = self._start(broker, alter._send(batch), answered, failed)
         if isinstance(call.waiting, Outbound):
@@ -1264,7 +1268,8 @@ class Simulation:
             respond(response)
 
         context = cast(Any, SimpleNamespace(broker=BrokerView(leader, self.broker_config),
-                                            listener_name="PLAINTEXT"))
+                                            listener_name="PLAINTEXT",
+                                            api_version=REPLICA_FETCH_VERSION))
         self._start(leader, _handle_replica_fetch(context, request, follower, True), answered,
                     _ignore)
         refused = any(data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
