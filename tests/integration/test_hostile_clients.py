@@ -47,7 +47,7 @@ STALLED_GROWTH_BYTES = QUEUED_MAX_REQUEST_BYTES + PREFIX_ONLY_BYTES + (64 << 20)
 # How near its start RSS must come back once the adversaries have gone, and how soon.
 RETURNED_GROWTH_BYTES = 24 << 20
 RETURN_TIMEOUT_S = 20.0
-SEND_TIMEOUT_S = 8.0  # an adversary stops pushing after this long (it is muted by then)
+SEND_TIMEOUT_S = 5.0  # an adversary stops pushing after this long (it is muted by then)
 # Client listeners (SSL, SASL_PLAINTEXT) may hold this many connections together; the PLAINTEXT
 # listener is the inter-broker one here and does not count, as in Kafka.
 MAX_CONNECTIONS = 60
