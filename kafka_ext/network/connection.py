@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 # A request handler: frame in, response buffers out (None: no response, e.g. acks=0 produce).
 FrameHandler = Callable[["KafkaConnection", bytes | memoryview], Awaitable[list[Any] | None]]
 
+# The peer shut its side down: Linux's poll event; elsewhere only a reset (POLLHUP) is seen.
+_POLL_PEER_GONE = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR
+
 # Stop reading from a client that has this many requests in flight (pipelining bound).
 MAX_IN_FLIGHT_REQUESTS = 256
 
@@ -284,9 +287,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if sock is None:
             return False
         poller = select.poll()
-        poller.register(sock.fileno(), select.POLLRDHUP)
-        return any(events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
-                   for _, events in poller.poll(0))
+        poller.register(sock.fileno(), _POLL_PEER_GONE)
+        return any(events & _POLL_PEER_GONE for _, events in poller.poll(0))
 
     def authenticated(self) -> None:
         """The client has logged in: requests up to socket.request.max.bytes are read now."""
