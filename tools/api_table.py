@@ -25,6 +25,7 @@ from kafka_ext.protocol.api_keys import (  # noqa: E402
     Audience,
     advertised_ranges,
     audience,
+    supported_versions,
 )
 from kafka_ext.protocol.kafka_releases import (  # noqa: E402
     KAFKA_API_NAMES,
@@ -72,6 +73,17 @@ def served_keys() -> set[int]:
     return set(dispatcher.handlers)
 
 
+def served_shadowed_keys() -> set[int]:
+    """The keys whose Kafka meaning a broker serves to stock clients (76/77: share groups)."""
+    from kafka_ext.server.broker import Broker
+    from kafka_ext.server.dispatcher import RequestDispatcher
+
+    dispatcher = RequestDispatcher(None)
+    broker = SimpleNamespace(dispatcher=dispatcher, config=SimpleNamespace(is_broker=True))
+    Broker._register_handlers(broker)  # type: ignore[arg-type]
+    return set(dispatcher.shadowed_handlers)
+
+
 def _span(low: int, high: int) -> str:
     return str(low) if low == high else f"{low}-{high}"
 
@@ -80,7 +92,7 @@ def _api_name(key: int) -> str:
     if key in registry().requests:
         name = registry().requests[key].name.removesuffix("Request")
         kafka_name = KAFKA_API_NAMES.get(key)
-        return f"{name} (Kafka: {kafka_name})" if kafka_name else name
+        return f"{name} (Kafka: {kafka_name})" if kafka_name and kafka_name != name else name
     return KAFKA_API_NAMES.get(key, "?")
 
 
@@ -91,6 +103,9 @@ def _missing(key: int, served: tuple[int, int] | None) -> str:
     issue = _ISSUE_OF_KEY.get(key, "")
     if key in registry().shadowed_requests:  # 76/77: ours and Kafka's share-group API
         ours = "" if served is not None else f"ours: {issue or _NOT_PLANNED}; "
+        shadowed = supported_versions(key, shadowed=True)
+        if shadowed is not None and key in served_shadowed_keys():
+            return ours.removesuffix("; ")
         return f"{ours}Kafka's: {_NOT_PLANNED}"
     if served is None:
         if not kafka and not issue:
@@ -123,7 +138,10 @@ def table_rows(handled: Iterable[int]) -> list[list[str]]:
         elif ours:
             text = "no (schema only)"
         if key in registry().shadowed_requests:
-            text += "; Kafka's from stock clients: UNSUPPORTED_VERSION"
+            shadowed = supported_versions(key, shadowed=True)
+            text += (f"; Kafka's to stock clients: {_span(*shadowed)}"
+                     if shadowed is not None and key in served_shadowed_keys()
+                     else "; Kafka's from stock clients: UNSUPPORTED_VERSION")
         kafka = [_span(*KAFKA_BROKER_VERSIONS[r][key]) if key in KAFKA_BROKER_VERSIONS[r]
                  else "—" for r in KAFKA_RELEASES]
         shown = _AUDIENCE_NAMES[audience(key)] if ours else "—"

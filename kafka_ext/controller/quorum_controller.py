@@ -89,6 +89,7 @@ from kafka_ext.server.config import (
     check_dynamic_broker_configs,
     validate_dynamic_broker_config,
 )
+from kafka_ext.share.group_config import GROUP_RESOURCE
 
 log = logging.getLogger(__name__)
 
@@ -799,7 +800,7 @@ class QuorumController:
         if rtype == TOPIC_RESOURCE and rname not in self.image.topics_by_name:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"Topic {rname} does not exist")
-        if rtype not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+        if rtype not in (TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
         current = dict(self.image.configs.get((rtype, rname), {}))
         desired = {} if replace_all else dict(current)
@@ -838,6 +839,8 @@ class QuorumController:
                     raise KafkaError(ErrorCode.INVALID_CONFIG,
                                      f"{name} can only be set when the topic is created")
             _check_diskless_configs(rname, desired)
+        elif rtype == GROUP_RESOURCE:
+            pass  # checked by the handler against the group.share.* bounds (share/group_config.py)
         else:  # dynamic broker configs: this broker's ("<id>") or the cluster default ("")
             changed = {n: v for n, v in desired.items() if current.get(n) != v}
             try:

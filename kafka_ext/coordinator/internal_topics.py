@@ -1,10 +1,13 @@
-"""The coordinators' own topics, `__consumer_offsets` and `__transaction_state`: created only
-as their coordinator creates them, whoever asks first, and checked when the broker starts.
+"""The coordinators' own topics, `__consumer_offsets`, `__transaction_state` and
+`__share_group_state`: created only as their coordinator creates them, whoever asks first, and
+checked when the broker starts.
 
 FindCoordinator and a Metadata request naming either topic (Burrow, a librdkafka producer) both
 create it from `CoordinatorRuntime.topic_creation()`: the coordinator's partition count
-(`offsets.topic.num.partitions`, `transaction.state.log.num.partitions`), replication factor and
-configs (`cleanup.policy=compact`, ...), never a client's defaults. Brokers before this rule
+(`offsets.topic.num.partitions`, `transaction.state.log.num.partitions`,
+`share.coordinator.state.topic.num.partitions`), replication factor and configs
+(`cleanup.policy=compact`, ...; `__share_group_state` is `delete` with `retention.ms=-1`, its
+coordinator prunes it), never a client's defaults. Brokers before this rule
 auto-created them as ordinary topics (`num.partitions`, `cleanup.policy=delete`); the start-up
 check finds such a topic, says so, and repairs what can be repaired without losing offsets.
 """
@@ -18,13 +21,18 @@ from kafka_ext.controller.image import TOPIC_RESOURCE
 from kafka_ext.controller.quorum_controller import ConfigChange
 from kafka_ext.coordinator.group.coordinator import GROUP_METADATA_TOPIC
 from kafka_ext.coordinator.runtime import CoordinatorRuntime
+from kafka_ext.coordinator.share.coordinator import SHARE_GROUP_STATE_TOPIC
 from kafka_ext.coordinator.txn.coordinator import TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
 # The broker setting that sizes each topic when its coordinator creates it.
 PARTITION_COUNT_CONFIGS = {GROUP_METADATA_TOPIC: "offsets.topic.num.partitions",
-                           TRANSACTION_STATE_TOPIC: "transaction.state.log.num.partitions"}
+                           TRANSACTION_STATE_TOPIC: "transaction.state.log.num.partitions",
+                           SHARE_GROUP_STATE_TOPIC: "share.coordinator.state.topic.num.partitions"}
+# What each topic holds, for the messages below.
+_CONTENTS = {GROUP_METADATA_TOPIC: "offsets", TRANSACTION_STATE_TOPIC: "transaction state",
+             SHARE_GROUP_STATE_TOPIC: "share-group state"}
 
 
 def coordinator_runtime(broker: Any, topic: str) -> CoordinatorRuntime[Any] | None:
@@ -34,6 +42,9 @@ def coordinator_runtime(broker: Any, topic: str) -> CoordinatorRuntime[Any] | No
     if topic == TRANSACTION_STATE_TOPIC:
         txn = getattr(broker, "txn_coordinator", None)
         return None if txn is None else txn.runtime
+    if topic == SHARE_GROUP_STATE_TOPIC:
+        share = getattr(broker, "share_coordinator", None)
+        return None if share is None else share.runtime
     return None
 
 
@@ -62,7 +73,7 @@ async def check_internal_topics(broker: Any) -> None:
                 "transactions keep their partition. Fix: set %s=%d to match the topic.",
                 name, count, setting, runtime.num_partitions, count, setting, count)
             runtime.num_partitions = count
-        if broker.log_config_for(name).compacts:
+        if _retained_as_needed(broker, runtime, name):
             continue
         overrides = image.topic_configs(name)
         log.error(
@@ -71,8 +82,21 @@ async def check_internal_topics(broker: Any) -> None:
             "did (kafka-ext before internal topics were created only by their coordinator). "
             "Setting the coordinator's configs on it now: %s. Nothing else to do.",
             name, overrides.get("cleanup.policy", ",".join(broker.config.log_cleanup_policy)),
-            "offsets" if name == GROUP_METADATA_TOPIC else "transaction state",
+            _CONTENTS[name],
             ", ".join(f"{k}={v}" for k, v in sorted(runtime.topic_configs.items())))
         changes = [ConfigChange(key, 0, value) for key, value in runtime.topic_configs.items()
-                   if key == "cleanup.policy" or key not in overrides]
+                   if key in _RETENTION_KEYS or key not in overrides]
         await broker.controller.alter_configs(TOPIC_RESOURCE, name, changes, validate_only=False)
+
+
+# The configs that decide whether a coordinator's records outlive retention.
+_RETENTION_KEYS = frozenset({"cleanup.policy", "retention.ms", "retention.bytes"})
+
+
+def _retained_as_needed(broker: Any, runtime: CoordinatorRuntime[Any], name: str) -> bool:
+    """Compacted, as its coordinator needs; `__share_group_state` instead must never be
+    compacted or expire (its coordinator prunes it: coordinator/share/shard.py)."""
+    config = broker.log_config_for(name)
+    if "compact" in runtime.topic_configs.get("cleanup.policy", ""):
+        return bool(config.compacts)
+    return not config.compacts and config.retention_ms < 0 and config.retention_bytes < 0

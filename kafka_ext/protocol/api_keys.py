@@ -78,9 +78,21 @@ class ApiKey(IntEnum):
     CONSUMER_GROUP_DESCRIBE = 69
     ASSIGN_REPLICAS_TO_DIRS = 73
     DESCRIBE_TOPIC_PARTITIONS = 75
-    # The proposals' keys (DESIGN.md §4). 76/77 clash with Kafka 4.x's share-group APIs.
+    # The proposals' keys (DESIGN.md §4). 76/77 clash with Kafka 4.x's share-group APIs
+    # (SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE below): decided by the connection's audience.
     CREATE_CHUNKS = 76
     ALTER_CHUNK_ASSIGNMENTS = 77
+    # Share groups (KIP-932)
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    INITIALIZE_SHARE_GROUP_STATE = 83
+    READ_SHARE_GROUP_STATE = 84
+    WRITE_SHARE_GROUP_STATE = 85
+    DELETE_SHARE_GROUP_STATE = 86
+    READ_SHARE_GROUP_STATE_SUMMARY = 87
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
     DISKLESS_CREATE_PARTITIONS = 93
     DISKLESS_DELETE_TOPICS = 94
     DISKLESS_COMMIT_FILE = 95
@@ -90,6 +102,11 @@ class ApiKey(IntEnum):
     DISKLESS_DESCRIBE_FILES = 100
     DELETE_PARTITIONS = 1000
     LEADER_EPOCHS_FOR_PARTITION = 1001
+
+
+# Kafka's names for 76/77, which stock clients (Audience.CLIENT) mean by these keys.
+SHARE_GROUP_HEARTBEAT = ApiKey.CREATE_CHUNKS
+SHARE_GROUP_DESCRIBE = ApiKey.ALTER_CHUNK_ASSIGNMENTS
 
 
 class Audience(IntEnum):
@@ -165,22 +182,29 @@ class ApiVersionRange:
     max_version: int
 
 
-def supported_versions(api_key: int) -> tuple[int, int] | None:
-    """The (lowest, highest) request version we can decode, or None for an unknown key."""
-    mtype = registry().requests.get(api_key)
+def supported_versions(api_key: int, shadowed: bool = False) -> tuple[int, int] | None:
+    """The (lowest, highest) request version we can decode, or None for an unknown key;
+    `shadowed`: of Kafka's API on a key that means one of ours to our own peers (76/77)."""
+    reg = registry()
+    mtype = (reg.shadowed_requests if shadowed else reg.requests).get(api_key)
     if mtype is None or mtype.versions.highest is None:
         return None
     return mtype.versions.lowest, mtype.versions.highest
 
 
-def advertised_ranges(implemented: Iterable[int], peer: Audience = Audience.CLIENT
-                      ) -> list[ApiVersionRange]:
+def advertised_ranges(implemented: Iterable[int], peer: Audience = Audience.CLIENT,
+                      shadowed_implemented: Iterable[int] = ()) -> list[ApiVersionRange]:
     """The ApiVersions answer to a peer of audience `peer` for the APIs a broker has handlers
-    for, by key."""
+    for, by key: `shadowed_implemented` are the keys whose Kafka meaning it serves to the peers
+    below the key's audience (stock clients' share-group APIs on 76/77)."""
+    shadowed = set(shadowed_implemented)
     ranges = []
-    for key in sorted(implemented):
-        versions = supported_versions(key)
-        if versions is None or audience(key) > peer:
+    for key in sorted(set(implemented) | shadowed):
+        if audience(key) <= peer:
+            versions = supported_versions(key) if key in implemented else None
+        else:
+            versions = supported_versions(key, shadowed=True) if key in shadowed else None
+        if versions is None:
             continue
         high = min(versions[1], _ADVERTISED_MAX_VERSION.get(key, versions[1]))  # type: ignore[call-overload]
         ranges.append(ApiVersionRange(key, versions[0], high))

@@ -5,7 +5,9 @@ What a KRaft broker listener of each release advertises to clients: `key: (lowes
 less a `latestVersionUnstable` version); 4.0 and 4.2: franz-go's `kversion` release tables,
 which agree with the former for 3.9 key by key. Kafka 4.0 dropped old versions
 (KIP-896) but kept advertising Produce 0-2 (KAFKA-18659) and serving FindCoordinator v0
-(KAFKA-18270); 4.1 serves JoinGroup v0-1 again (KAFKA-19444).
+(KAFKA-18270); 4.1 serves JoinGroup v0-1 again (KAFKA-19444). franz-go's tables track only
+the highest version: the share-group keys 76-79 start at v1 in 4.2 (v0 was 4.0's early access,
+removed in 4.1, as Kafka's message definitions say).
 
 Data only: `tools/api_table.py` turns it into the table of docs/protocol.md.
 """
@@ -47,8 +49,8 @@ KAFKA_BROKER_VERSIONS: dict[str, dict[int, tuple[int, int]]] = {
         39: (1, 2), 40: (1, 2), 41: (1, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 1),
         46: (0, 0), 47: (0, 0), 48: (0, 1), 49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2),
         57: (0, 2), 60: (0, 2), 61: (0, 0), 64: (0, 0), 65: (0, 0), 66: (0, 2), 68: (0, 1),
-        69: (0, 1), 71: (0, 0), 72: (0, 0), 74: (0, 1), 75: (0, 0), 76: (0, 1), 77: (0, 1),
-        78: (0, 2), 79: (0, 2), 80: (0, 1), 81: (0, 0), 83: (0, 0), 84: (0, 0), 85: (0, 1),
+        69: (0, 1), 71: (0, 0), 72: (0, 0), 74: (0, 1), 75: (0, 0), 76: (1, 1), 77: (1, 1),
+        78: (1, 2), 79: (1, 2), 80: (0, 1), 81: (0, 0), 83: (0, 0), 84: (0, 0), 85: (0, 1),
         86: (0, 0), 87: (0, 1), 88: (0, 0), 89: (0, 0), 90: (0, 1), 91: (0, 0), 92: (0, 0),
     },
 }

@@ -37,6 +37,7 @@ from kafka_ext.server.authorization import (
 from kafka_ext.server.chunks import remove_chunks
 from kafka_ext.server.client_quota_manager import finish_mutation_quota, mutation_quota_for
 from kafka_ext.server.config import (
+    ConfigError,
     describe_broker_configs,
     describe_broker_default_configs,
     describe_topic_configs,
@@ -48,13 +49,18 @@ from kafka_ext.server.log4j_controller import (
     check_resource_name,
     describe_loggers,
 )
+from kafka_ext.share.group_config import (
+    GROUP_RESOURCE,
+    describe_group_configs,
+    validate_group_configs,
+)
 
 _reg = registry()
 
-# ConfigResource types beyond TOPIC (2), BROKER (4) and BROKER_LOGGER (8) that Kafka authorizes
-# although we serve neither (their requests then fail as unsupported).
+# ConfigResource types beyond TOPIC (2), BROKER (4), BROKER_LOGGER (8) and GROUP (32, the
+# share groups' group configs: share/group_config.py) that Kafka authorizes although we do not
+# serve it (its requests then fail as unsupported).
 CLIENT_METRICS_RESOURCE = 16
-GROUP_RESOURCE = 32
 # Per config resource type: what DESCRIBE_CONFIGS / ALTER_CONFIGS is checked on, and the error
 # when it is denied, with Kafka's message for it.
 _CONFIG_ACL: dict[int, tuple[ResourceType, ErrorCode, str]] = {
@@ -308,6 +314,14 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
                 result.error_code, result.error_message = int(exc.code), exc.message
                 continue
             entries = describe_loggers(names)
+        elif res.resource_type == GROUP_RESOURCE:  # a group's configs (KIP-848, KIP-932)
+            if not res.resource_name:
+                result.error_code = int(ErrorCode.INVALID_REQUEST)
+                result.error_message = "Group name must not be empty"
+                continue
+            entries = describe_group_configs(
+                image.configs.get((GROUP_RESOURCE, res.resource_name), {}),
+                broker.config.values, names)
         else:
             result.error_code = int(ErrorCode.INVALID_REQUEST)
             result.error_message = f"Unsupported resource type {res.resource_type}"
@@ -358,6 +372,8 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
                                  f"Unexpected broker id {res.resource_name}")
             if not incremental and any(c.value is None for c in changes):
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "AlterConfigs values may not be null")
+            if res.resource_type == GROUP_RESOURCE:
+                _check_group_configs(ctx, res.resource_name, changes, replace_all=not incremental)
             await ctx.broker.controller.alter_configs(
                 res.resource_type, res.resource_name, changes, request.validate_only,
                 replace_all=not incremental)
@@ -365,6 +381,28 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
             result.error_code, result.error_message = int(exc.code), exc.message or None
         responses.append(result)
     return Response(responses=responses)
+
+
+def _check_group_configs(ctx: RequestContext, group_id: str, changes: list[ConfigChange],
+                         replace_all: bool) -> None:
+    """The group's overrides after `changes` must pass Kafka's GroupConfig.validate against
+    this (active controller) node's group.share.* bounds; INVALID_CONFIG otherwise."""
+    if not group_id:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+    current = {} if replace_all else dict(
+        ctx.broker.controller.image.configs.get((GROUP_RESOURCE, group_id), {}))
+    for change in changes:
+        if change.op == 0 and change.value is not None:
+            current[change.name] = change.value
+        elif change.op == 1:
+            current.pop(change.name, None)
+        elif change.op in (2, 3):
+            raise KafkaError(ErrorCode.INVALID_CONFIG, "Config value append/subtract is not "
+                             f"allowed for config key {change.name}")
+    try:
+        validate_group_configs(current, ctx.broker.config.values)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
 async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:

@@ -22,14 +22,17 @@ CLIENT_SOFTWARE_VERSION = 3
 
 
 def api_versions_response(implemented: Iterable[int], peer: Audience = Audience.CLIENT,
-                          error: ErrorCode = ErrorCode.NONE) -> Any:
+                          error: ErrorCode = ErrorCode.NONE,
+                          shadowed_implemented: Iterable[int] = ()) -> Any:
     cls = registry().responses[ApiKey.API_VERSIONS].cls
     return cls(error_code=int(error), api_keys=[
         cls.ApiVersion(api_key=r.api_key, min_version=r.min_version, max_version=r.max_version)
-        for r in advertised_ranges(implemented, peer)])
+        for r in advertised_ranges(implemented, peer, shadowed_implemented)])
 
 
 async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version >= CLIENT_SOFTWARE_VERSION:
         ctx.connection.state[PEER_AUDIENCE] = peer_audience(request.client_software_name)
-    return api_versions_response(ctx.broker.dispatcher.handlers, peer_audience_of(ctx.connection))
+    dispatcher = ctx.broker.dispatcher
+    return api_versions_response(dispatcher.handlers, peer_audience_of(ctx.connection),
+                                 shadowed_implemented=dispatcher.shadowed_handlers)

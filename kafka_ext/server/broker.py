@@ -30,6 +30,7 @@ from kafka_ext.controller.quorum_status import ZERO_UUID, RaftQuorumStatus, Vote
 from kafka_ext.coordinator.diskless import DisklessCoordinator
 from kafka_ext.coordinator.group.coordinator import GroupConfig, GroupCoordinator
 from kafka_ext.coordinator.internal_topics import check_internal_topics
+from kafka_ext.coordinator.share.coordinator import ShareCoordinator
 from kafka_ext.coordinator.txn.coordinator import TransactionCoordinator
 from kafka_ext.diskless.service import DisklessService
 from kafka_ext.network.connection_quotas import ConnectionQuotas, parse_overrides
@@ -72,6 +73,9 @@ from kafka_ext.server import (
     quotas,
     reassignment,
     security_admin,
+    share_fetch,
+    share_groups,
+    share_state,
     txn,
 )
 from kafka_ext.server.alter_partition import handle_alter_partition
@@ -94,6 +98,8 @@ from kafka_ext.server.fetch_session import FetchSessionCache
 from kafka_ext.server.kraft import prepare_storage
 from kafka_ext.server.log4j_controller import configure_logging, start_up_message
 from kafka_ext.server.metrics import BrokerTopicStats, MetricsServer
+from kafka_ext.share.persister_client import SharePersisterClient
+from kafka_ext.share.share_partition_manager import SharePartitionManager
 from kafka_ext.storage.checkpoints import fsync_dir
 from kafka_ext.storage.formatter import read_bootstrap_records
 from kafka_ext.storage.log import UnifiedLog
@@ -192,6 +198,12 @@ class Broker:
                                             self.inter_broker_security)
         self.txn_coordinator = TransactionCoordinator(self)
         self.group_coordinator = GroupCoordinator(self, GroupConfig.from_broker_config(config))
+        # Share groups (KIP-932): the share coordinator of __share_group_state, and this
+        # broker's way to the coordinator of any share-partition's state.
+        self.share_coordinator = ShareCoordinator(self)
+        self.share_persister = SharePersisterClient(self)
+        # ... and the share-partitions this broker leads, with their share sessions.
+        self.share_partitions = SharePartitionManager(self)
         self.auto_topic_creation = AutoTopicCreationManager(self)
         # Diskless topics (docs/diskless.md): the coordinators of __diskless_metadata, and the
         # broker side (WAL writer, object cache, orphan scanner) that uses them.
@@ -266,6 +278,9 @@ class Broker:
             **partition_count.HANDLERS,  # KIP-253, partition reduction
             **chunks.HANDLERS,  # CreateChunks, AlterChunkAssignments (seed 000)
             **security_admin.HANDLERS,  # SCRAM credentials and ACLs
+            **share_groups.HANDLERS,  # Describe/Alter/DeleteShareGroupOffsets (KIP-932)
+            **share_state.HANDLERS,  # the share coordinator's 83-87 (KIP-932)
+            **share_fetch.HANDLERS,  # ShareFetch, ShareAcknowledge (KIP-932)
         }
         handlers[ApiKey.ENVELOPE] = forwarding.handle_envelope
         handlers[ApiKey.SASL_HANDSHAKE] = authentication.handle_sasl_handshake
@@ -281,6 +296,9 @@ class Broker:
             if key in forwarding.FORWARDED_APIS:
                 handler = forwarding.forwardable(handler)
             self.dispatcher.register(key, handler)
+        if self.config.is_broker:  # ShareGroupHeartbeat/Describe on 76/77 for stock clients
+            for key, handler in share_groups.SHADOWED_HANDLERS.items():
+                self.dispatcher.register_shadowed(key, handler)
 
     # -- helpers for handlers ----------------------------------------------------------------
 
@@ -432,6 +450,9 @@ class Broker:
             lambda old, new: self.quotas.update(new.client_quotas))
         await self.txn_coordinator.start()  # after the replica manager's listener: shards need logs
         await self.group_coordinator.start()
+        await self.share_coordinator.start()
+        await self.share_persister.start()
+        await self.share_partitions.start()
         await self.diskless_coordinator.start()
         await self.diskless.start()
         await log_dirs.start_jbod(self)
@@ -605,6 +626,9 @@ class Broker:
         await self.diskless_coordinator.stop()
         await self.txn_coordinator.stop()
         await self.group_coordinator.stop()
+        await self.share_partitions.stop()
+        await self.share_persister.stop()
+        await self.share_coordinator.stop()
         await self.controller.stop()
         await self.node_channels.close()
         await self.heartbeat_channels.close()

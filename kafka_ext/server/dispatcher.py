@@ -6,8 +6,10 @@ What the dispatcher decides itself, as Kafka does: an unknown key or a version w
 closes the connection, except ApiVersions, which answers UNSUPPORTED_VERSION in v0 so the
 client can pick a version (KIP-511); a body that does not decode closes the connection.
 A key outside the connection's audience (api_keys.Audience, set by its ApiVersions) is not
-served to it: Kafka's share-group requests on 76/77 get UNSUPPORTED_VERSION (share_groups.py),
-any other such key closes the connection, as Kafka does for an API its listener does not enable.
+served to it: on 76/77 (CreateChunks/AlterChunkAssignments to our own client) a stock client's
+request is Kafka's ShareGroupHeartbeat/ShareGroupDescribe, decoded with Kafka's schema and served
+by the handler registered with `register_shadowed`; any other such key closes the connection, as
+Kafka does for an API its listener does not enable.
 """
 
 from __future__ import annotations
@@ -23,10 +25,8 @@ from kafka_ext.network.connection import CloseConnection, KafkaConnection
 from kafka_ext.protocol.api_keys import ApiKey, Audience, audience
 from kafka_ext.protocol.errors import DecodeError, ErrorCode, KafkaError
 from kafka_ext.protocol.framing import (
-    decode_request_header,
     encode_response,
     peek_request_prefix,
-    response_header_version,
 )
 from kafka_ext.protocol.messages import registry
 from kafka_ext.security.acl import AclOperation
@@ -39,7 +39,6 @@ from kafka_ext.server.client_quota_manager import (
     throttle_response,
 )
 from kafka_ext.server.metrics import RequestMetrics
-from kafka_ext.server.share_groups import answer_share_group_request, is_share_group_key
 
 if TYPE_CHECKING:
     from kafka_ext.server.broker import Broker
@@ -51,10 +50,15 @@ _BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
                                     ApiKey.SASL_AUTHENTICATE})
 
 # Requests only nodes send (Raft, registration, forwarding, replication, diskless
-# coordinators, transaction markers): Kafka requires CLUSTER_ACTION on the cluster for them.
-# (Fetch from a follower is checked by the fetch handler: the same key serves consumers.)
+# coordinators, transaction markers, share-group state): Kafka requires CLUSTER_ACTION on the
+# cluster for them. WriteTxnMarkers and the share-state keys 83-87 are on Kafka's broker
+# listener, so stock clients see them advertised, as on Kafka. (Fetch from a follower is
+# checked by the fetch handler: the same key serves consumers.)
 CLUSTER_ACTION_APIS = frozenset(
-    {key for key in ApiKey if audience(key) == Audience.NODE} | {ApiKey.WRITE_TXN_MARKERS})
+    {key for key in ApiKey if audience(key) == Audience.NODE} | {
+        ApiKey.WRITE_TXN_MARKERS, ApiKey.INITIALIZE_SHARE_GROUP_STATE,
+        ApiKey.READ_SHARE_GROUP_STATE, ApiKey.WRITE_SHARE_GROUP_STATE,
+        ApiKey.DELETE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY})
 
 # KafkaConnection.state key: the peer's Audience, set by its ApiVersions v3+ request.
 PEER_AUDIENCE = "peer_audience"
@@ -123,11 +127,19 @@ class RequestDispatcher:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         self.handlers: dict[int, Handler] = {}
+        # Kafka's APIs on keys that mean one of ours to our own peers: served to the peers
+        # below the key's audience, with Kafka's schema (registry().shadowed_requests).
+        self.shadowed_handlers: dict[int, Handler] = {}
         self._registry = registry()
         self.request_metrics = RequestMetrics()  # Prometheus (server/metrics.py)
 
     def register(self, api_key: int, handler: Handler) -> None:
         self.handlers[api_key] = handler
+
+    def register_shadowed(self, api_key: int, handler: Handler) -> None:
+        """Serve Kafka's API on `api_key` (share groups on 76/77) to stock clients."""
+        assert api_key in self._registry.shadowed_requests, api_key
+        self.shadowed_handlers[api_key] = handler
 
     async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview
                            ) -> list[Any] | None:
@@ -165,24 +177,31 @@ class RequestDispatcher:
                                   if not security.authenticated else
                                   "SASL session expired without re-authentication")
         if not forwarded and audience(api_key) > peer_audience_of(conn):
-            if is_share_group_key(api_key):
-                return answer_share_group_request(frame, api_key, api_version, correlation_id)
-            raise CloseConnection(f"API key {api_key} is not served to this client")
-        request_type = self._registry.requests.get(api_key)
-        handler = self.handlers.get(api_key)
-        if handler is None or request_type is None:
-            raise CloseConnection(f"unsupported API key {api_key}")
+            handler = self.shadowed_handlers.get(api_key)
+            shadowed = True
+            if handler is None:
+                raise CloseConnection(f"API key {api_key} is not served to this client")
+            request_type = self._registry.shadowed_requests[api_key]
+            response_type = self._registry.shadowed_responses[api_key]
+        else:
+            known = self._registry.requests.get(api_key)
+            handler = self.handlers.get(api_key)
+            shadowed = False
+            if handler is None or known is None:
+                raise CloseConnection(f"unsupported API key {api_key}")
+            request_type, response_type = known, self._registry.responses[api_key]
         if api_version not in request_type.versions:
             if api_key == ApiKey.API_VERSIONS:
                 return self._api_versions_fallback(correlation_id)
             raise CloseConnection(f"unsupported version {api_version} of API {api_key}")
         try:
-            header, pos = decode_request_header(frame)
+            header, pos = self._registry["RequestHeader"].decode(
+                frame, 2 if request_type.is_flexible(api_version) else 1)
             # Trailing bytes are ignored, as Kafka's parser does: librdkafka's all-topics
             # Metadata v12 request carries three of them.
             request, _ = request_type.decode(frame, api_version, pos)
         except DecodeError as exc:
-            log.debug("malformed frame from %s: %s", conn.peer, frame[:256].hex())
+            log.debug("malformed frame from %s: %s", conn.peer, bytes(frame[:256]).hex())
             raise CloseConnection(f"malformed {request_type.name} v{api_version}: "
                                   f"{exc.message}") from None
         ctx = RequestContext(header, api_version, self.broker, conn, len(frame),
@@ -207,37 +226,41 @@ class RequestDispatcher:
         except KafkaError as exc:
             if forwarded and exc.code == ErrorCode.NOT_CONTROLLER:
                 raise _ForwardedError(exc) from None  # the Envelope says so; the sender retries
-            response = self._error_response(api_key, api_version, exc.code)
+            response = _error_response(response_type, api_version, exc.code)
             if response is None:
                 raise CloseConnection(f"{request_type.name} failed: {exc}") from None
         except Exception:
             log.exception("%s v%d from %s (client %s) failed", request_type.name, api_version,
                           conn.peer, header.client_id)
-            response = self._error_response(api_key, api_version, ErrorCode.UNKNOWN_SERVER_ERROR)
+            response = _error_response(response_type, api_version, ErrorCode.UNKNOWN_SERVER_ERROR)
             if response is None:
                 raise CloseConnection("unexpected server error") from None
         if timer is not None or ctx.throttle_time_ms:
             throttle_response(ctx, response, timer)
         # -- RequestMetrics (server/metrics.py); a forwarded request counts as its Envelope --
         handled = time.perf_counter()
+        header_version = (0 if api_key == ApiKey.API_VERSIONS  # always v0 (KIP-511)
+                          else 1 if response_type.is_flexible(api_version) else 0)
         parts = None if response is None else encode_response(
-            correlation_id, response_header_version(api_key, api_version),
-            self._registry.responses[api_key], api_version, response)
+            correlation_id, header_version, response_type, api_version, response)
         if not forwarded:
-            self.request_metrics.record(api_key, api_version, request, arrived, started, handled)
+            self.request_metrics.record(
+                api_key, api_version, request, arrived, started, handled,
+                name=request_type.name.removesuffix("Request") if shadowed else None)
         return parts
-
-    def _error_response(self, api_key: int, api_version: int, code: ErrorCode) -> Any:
-        """A response carrying `code` at top level, when this version has a top-level error
-        code; None otherwise (the caller closes the connection rather than claim success)."""
-        response_type = self._registry.responses[api_key]
-        for f in response_type.spec.struct.fields:
-            if f.attr == "error_code" and api_version in f.versions:
-                return response_type.cls(error_code=int(code))
-        return None
 
     def _api_versions_fallback(self, correlation_id: int) -> list[Any]:
         from kafka_ext.server.api_versions import api_versions_response
-        body = api_versions_response(self.handlers, Audience.CLIENT, ErrorCode.UNSUPPORTED_VERSION)
+        body = api_versions_response(self.handlers, Audience.CLIENT, ErrorCode.UNSUPPORTED_VERSION,
+                                     self.shadowed_handlers)
         response_type = self._registry.responses[ApiKey.API_VERSIONS]
         return encode_response(correlation_id, 0, response_type, 0, body)
+
+
+def _error_response(response_type: Any, api_version: int, code: ErrorCode) -> Any:
+    """A response carrying `code` at top level, when this version has a top-level error code;
+    None otherwise (the caller closes the connection rather than claim success)."""
+    for f in response_type.spec.struct.fields:
+        if f.attr == "error_code" and api_version in f.versions:
+            return response_type.cls(error_code=int(code))
+    return None

@@ -1,17 +1,20 @@
 """Consumer group APIs: coordinator discovery, the classic group protocol and offsets.
 
 FindCoordinator (10, v0-v6; v0 knows only groups; batched coordinator_keys from v4; key type 0
-groups, 1 transactional ids, 100 diskless coordinators as docs/protocol.md proposes), JoinGroup
+groups, 1 transactional ids, 2 share-partitions (v6+, KIP-932), 100 diskless coordinators as
+docs/protocol.md proposes), JoinGroup
 (11, v0-v9; v0 has no rebalance timeout (-1): the coordinator uses the session timeout;
 MEMBER_ID_REQUIRED from v4, static members from v5, protocol type in the answer from v7,
 SkipAssignment v9), SyncGroup (14, v0-v5; protocol checks v5), Heartbeat (12, v0-v4),
 LeaveGroup (13, v0-v5; batched members from v3), OffsetCommit (8, v0-v9; v1 per-partition
 commit timestamps, v2-v4 retention time), OffsetFetch (9, v0-v9; several groups from v8, member
 epochs v9), OffsetDelete (47, v0),
-ListGroups (16, v0-v5; state filter v4, type filter v5), DescribeGroups (15, v0-v5), DeleteGroups
-(42, v0-v2), TxnOffsetCommit (28, v0-v4), and KIP-848's ConsumerGroupHeartbeat (68, v0-v1; the
-member id comes from the client from v1, from us when empty; topic regex v1) and
-ConsumerGroupDescribe (69, v0). The GroupCoordinator decides; these handlers translate the wire.
+ListGroups (16, v0-v5; state filter v4, type filter v5: classic, consumer, share),
+DescribeGroups (15, v0-v5; a consumer or share group is Dead, as Kafka), DeleteGroups (42, v0-v2;
+a share group only empty, with its share state), TxnOffsetCommit (28, v0-v4), and KIP-848's
+ConsumerGroupHeartbeat (68, v0-v1; the member id comes from the client from v1, from us when
+empty; topic regex v1) and ConsumerGroupDescribe (69, v0); share groups' own APIs are in
+share_groups.py. The GroupCoordinator decides; these handlers translate the wire.
 
 Each handler first authorizes as Kafka's KafkaApis does (server/authorization.py): READ on the
 group to join, sync, heartbeat, leave or commit, DESCRIBE to find its coordinator, fetch its
@@ -36,6 +39,7 @@ from kafka_ext.coordinator.group.coordinator import (
     OffsetCommitEntry,
     PositionExchange,
 )
+from kafka_ext.coordinator.share.coordinator import parse_coordinator_key
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.security.acl import AclOperation, ResourceType
@@ -54,6 +58,7 @@ _reg = registry()
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+SHARE_KEY_TYPE = 2  # KIP-932: key "groupId:topicId:partition", FindCoordinator v6+
 # Ours (docs/protocol.md): key = a __diskless_metadata partition number in decimal (KIP-1164).
 DISKLESS_KEY_TYPE = 100
 
@@ -98,6 +103,8 @@ async def _find(ctx: RequestContext, key_type: int, key: str
     no_node = (-1, "", -1)
     if key_type == DISKLESS_KEY_TYPE:
         return _find_diskless(ctx, key)
+    if key_type == SHARE_KEY_TYPE:
+        return await _find_share(ctx, key)
     if key_type == GROUP_KEY_TYPE:
         if not group_authorized(ctx, AclOperation.DESCRIBE, key):
             return ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", no_node
@@ -116,11 +123,30 @@ async def _find(ctx: RequestContext, key_type: int, key: str
         await runtime.ensure_topic()
     except KafkaError as exc:
         return exc.code, exc.message, no_node
-    leader = runtime.leader_of(coordinator.partition_for(key))
-    for node in ctx.broker.live_nodes(ctx.listener_name):
-        if node.node_id == leader:
-            return ErrorCode.NONE, None, (node.node_id, node.host, node.port)
-    return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is not available", no_node
+    return _leader_node(ctx, runtime.leader_of(coordinator.partition_for(key)))
+
+
+async def _find_share(ctx: RequestContext, key: str
+                      ) -> tuple[ErrorCode, str | None, tuple[int, str, int]]:
+    """The share coordinator of a share-partition: the leader of the `__share_group_state`
+    partition its key hashes to, creating the topic on first use as Kafka does. Brokers ask
+    (the persister): CLUSTER_ACTION is needed, and a key not of the form
+    "groupId:topicId:partition" is INVALID_REQUEST, as is asking before v6."""
+    no_node = (-1, "", -1)
+    if ctx.api_version < 6:
+        return ErrorCode.INVALID_REQUEST, "share coordinators are found with v6+", no_node
+    if not cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):
+        return (ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "CLUSTER_ACTION is needed to find a share coordinator", no_node)
+    coordinator = getattr(ctx.broker, "share_coordinator", None)
+    if coordinator is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "no share coordinator", no_node
+    try:
+        share_key = parse_coordinator_key(key)
+        await coordinator.ensure_topic()
+    except KafkaError as exc:
+        return exc.code, exc.message, no_node
+    return _leader_node(ctx, coordinator.runtime.leader_of(coordinator.partition_for(share_key)))
 
 
 def _find_diskless(ctx: RequestContext, key: str
@@ -147,10 +173,17 @@ def _find_diskless(ctx: RequestContext, key: str
         return (ErrorCode.INVALID_REQUEST,
                 f"no diskless coordinator {key}: {DISKLESS_METADATA_TOPIC} has "
                 f"{len(topic.partitions)} partitions", no_node)
+    return _leader_node(ctx, partition.leader)
+
+
+def _leader_node(ctx: RequestContext, leader: int
+                 ) -> tuple[ErrorCode, str | None, tuple[int, str, int]]:
+    """The coordinator's answer for a partition led by `leader`, as clients of this listener
+    reach it; COORDINATOR_NOT_AVAILABLE when that broker is not live (or there is none)."""
     for node in ctx.broker.live_nodes(ctx.listener_name):
-        if node.node_id == partition.leader:
+        if node.node_id == leader:
             return ErrorCode.NONE, None, (node.node_id, node.host, node.port)
-    return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is not available", no_node
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is not available", (-1, "", -1)
 
 
 # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------

@@ -125,13 +125,14 @@ class RequestMetrics:
         self._names = _request_names()
 
     def record(self, api_key: int, api_version: int, request: Any, arrived: float,
-               started: float, handled: float) -> None:
+               started: float, handled: float, name: str | None = None) -> None:
         """One answered request, in time.perf_counter() seconds: `arrived` when its frame was
         complete (0.0: handed to the dispatcher directly, as tests do), `started` when its
-        handler started and `handled` when it returned."""
+        handler started and `handled` when it returned. `name` overrides the key's name (a
+        stock client's share-group API on 76/77)."""
         done = time.perf_counter()
         arrived = arrived or started
-        name = self._names.get(api_key, str(api_key))
+        name = name or self._names.get(api_key, str(api_key))
         self._record(name, api_version, arrived, started, handled, done)
         if api_key == ApiKey.FETCH:
             replica_id = (request.replica_state.replica_id

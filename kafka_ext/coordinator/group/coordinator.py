@@ -1,4 +1,6 @@
-"""GroupCoordinator: the classic consumer group protocol and committed offsets.
+"""GroupCoordinator: the classic consumer group protocol, committed offsets, and the hosts of
+KIP-848 consumer groups (consumer_group_manager.py) and KIP-932 share groups
+(share_group_manager.py).
 
 Mirrors Kafka's GroupCoordinatorService over GroupMetadataManager/OffsetMetadataManager: one
 GroupCoordinatorShard per `__consumer_offsets` partition, hosted by the CoordinatorRuntime.
@@ -45,8 +47,22 @@ from kafka_ext.coordinator.group.records import (
     offset_commit_value,
 )
 from kafka_ext.coordinator.group.shard import CommittedOffset, GroupCoordinatorShard
+from kafka_ext.coordinator.group.share_group import (
+    SHARE_GROUP_TYPE,
+    SHARE_PROTOCOL_TYPE,
+    ShareGroup,
+)
+from kafka_ext.coordinator.group.share_group_manager import (
+    ShareGroupManager,
+    ShareGroupSettings,
+    ShareHeartbeatRequest,
+    ShareHeartbeatResult,
+    TopicOffsets,
+    TopicResult,
+)
 from kafka_ext.coordinator.runtime import CoordinatorResult, CoordinatorRuntime
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
+from kafka_ext.share.group_config import share_group_configs
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +96,7 @@ class GroupConfig:
     offset_metadata_max_bytes: int = DEFAULT_OFFSET_METADATA_MAX_BYTES
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
     consumer: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
+    share: ShareGroupSettings = field(default_factory=ShareGroupSettings)
 
     @classmethod
     def from_broker_config(cls, config: Any) -> GroupConfig:
@@ -98,6 +115,7 @@ class GroupConfig:
             offset_metadata_max_bytes=int(values.get("offset.metadata.max.bytes",
                                                      DEFAULT_OFFSET_METADATA_MAX_BYTES)),
             consumer=ConsumerGroupConfig.from_broker_config(config),
+            share=ShareGroupSettings.from_broker_config(config),
         )
 
 
@@ -188,6 +206,12 @@ class GroupCoordinator:
             replication_factor=config.replication_factor)
         self.consumer_groups = ConsumerGroupManager(self.runtime, config.consumer,
                                                     lambda: self.broker.controller.image)
+        # KIP-932: share-partition state goes through the share coordinator's persister
+        # (broker.share_persister); group configs from the metadata image (group_config.py).
+        self.share_groups = ShareGroupManager(
+            self.runtime, config.share, lambda: self.broker.controller.image,
+            lambda group_id: share_group_configs(self.broker, group_id),
+            lambda: getattr(self.broker, "share_persister", None), clock_ms)
 
     # -- lifecycle and placement -------------------------------------------------------------
 
@@ -208,8 +232,10 @@ class GroupCoordinator:
             return
         for partition, group_id in self.consumer_groups.stale_groups():
             self.runtime.spawn(self._refresh_consumer_group(partition, group_id))
-        deleted = {topic.name for topic_id, topic in old.topics_by_id.items()
-                   if topic_id not in new.topics_by_id}
+        deleted_ids = old.topics_by_id.keys() - new.topics_by_id.keys()
+        if deleted_ids:
+            self.share_groups.on_topics_deleted(set(deleted_ids))
+        deleted = {old.topics_by_id[topic_id].name for topic_id in deleted_ids}
         deleted.discard(GROUP_METADATA_TOPIC)
         if deleted:
             for partition in self.runtime.loaded_partitions():
@@ -251,6 +277,7 @@ class GroupCoordinator:
                 self._schedule_heartbeat(shard.partition, group, member,
                                          member.session_timeout_ms)
         self.consumer_groups.on_shard_loaded(shard)
+        self.share_groups.on_shard_loaded(shard)
         self._schedule_offset_expiration(shard.partition)
 
     def _on_shard_unloaded(self, shard: GroupCoordinatorShard) -> None:
@@ -285,8 +312,9 @@ class GroupCoordinator:
             return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
         if rebalance_timeout_ms < 0:  # JoinGroup v0 had none: the session timeout stands in
             rebalance_timeout_ms = session_timeout_ms
-        if shard.consumer_group(group_id) is not None:
-            # A KIP-848 consumer group takes no classic members (Kafka without migration).
+        if shard.consumer_group(group_id) is not None or shard.share_group(group_id) is not None:
+            # A KIP-848 consumer group takes no classic members (Kafka without migration), nor
+            # does a share group (KIP-932).
             return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
         group = shard.group(group_id)
         created = False
@@ -769,6 +797,7 @@ class GroupCoordinator:
         expire_ms = now_ms + retention_time_ms if retention_time_ms != -1 else -1
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[list[ErrorCode]]:
+            _refuse_share_group(shard, group_id)
             group = shard.group(group_id)
             consumer_group = shard.consumer_group(group_id)
             if consumer_group is not None:
@@ -800,6 +829,7 @@ class GroupCoordinator:
         now_ms = self._clock_ms()
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[list[ErrorCode]]:
+            _refuse_share_group(shard, group_id)
             group = shard.group(group_id)
             consumer_group = shard.consumer_group(group_id)
             if consumer_group is not None:
@@ -846,6 +876,7 @@ class GroupCoordinator:
         """Committed offsets of the group (all of them when `partitions` is None); a consumer
         group member asking (OffsetFetch v9+) must be at its current epoch."""
         _, shard = self._shard(group_id)
+        _refuse_share_group(shard, group_id)
         consumer_group = shard.consumer_group(group_id)
         if consumer_group is not None:
             validate_consumer_group_fetch(consumer_group, member_id, member_epoch)
@@ -872,6 +903,7 @@ class GroupCoordinator:
         partition, _ = self._shard(group_id)
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[list[ErrorCode]]:
+            _refuse_share_group(shard, group_id)
             group = shard.group(group_id)
             consumer_group = shard.consumer_group(group_id)
             subscribed: set[str] | None = set()
@@ -1018,6 +1050,13 @@ class GroupCoordinator:
                     continue
                 out.append(ListedGroup(cg.group_id, CONSUMER_PROTOCOL_TYPE, state,
                                        CONSUMER_GROUP_TYPE))
+            for sg in shard.share_groups.values():
+                state = sg.state.value
+                if wanted_states and state.lower() not in wanted_states:
+                    continue
+                if wanted_types and SHARE_GROUP_TYPE not in wanted_types:
+                    continue
+                out.append(ListedGroup(sg.group_id, SHARE_PROTOCOL_TYPE, state, SHARE_GROUP_TYPE))
         return error, out
 
     def describe_group(self, group_id: str) -> GroupDescription:
@@ -1041,8 +1080,11 @@ class GroupCoordinator:
              for m in group.members.values()])
 
     async def delete_group(self, group_id: str) -> ErrorCode:
-        """DeleteGroups for one group: only an empty group goes, with all its offsets."""
-        partition, _ = self._shard(group_id)
+        """DeleteGroups for one group: only an empty group goes, with all its offsets; a
+        share group with its share state (share_group_manager.py)."""
+        partition, shard = self._shard(group_id)
+        if shard.share_group(group_id) is not None:
+            return await self.share_groups.delete_group(partition, group_id)
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[ErrorCode]:
             group = shard.group(group_id)
@@ -1072,7 +1114,10 @@ class GroupCoordinator:
         """ConsumerGroupHeartbeat; raises KafkaError with the response's error code."""
         if not request.group_id:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
-        partition, _ = self._shard(request.group_id)
+        partition, shard = self._shard(request.group_id)
+        if shard.share_group(request.group_id) is not None:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND,
+                             f"Group {request.group_id} is not a consumer group.")
         return await self.consumer_groups.heartbeat(partition, request)
 
     def consumer_group_describe(self, group_id: str) -> ConsumerGroup:
@@ -1083,6 +1128,37 @@ class GroupCoordinator:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND,
                              f"group {group_id} is not a consumer group")
         return group
+
+    # -- KIP-932 share groups (share_group_manager.py) ---------------------------------------
+
+    async def share_group_heartbeat(self, request: ShareHeartbeatRequest) -> ShareHeartbeatResult:
+        """ShareGroupHeartbeat; raises KafkaError with the response's error code."""
+        if not request.group_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+        partition, _ = self._shard(request.group_id)
+        return await self.share_groups.heartbeat(partition, request)
+
+    def share_group_describe(self, group_id: str) -> ShareGroup:
+        """The share group itself (read-only); GROUP_ID_NOT_FOUND for others."""
+        _, shard = self._shard(group_id)
+        return self.share_groups.describe(shard, group_id)
+
+    async def describe_share_group_offsets(self, group_id: str,
+                                           topics: list[tuple[str, list[int]]] | None
+                                           ) -> list[TopicOffsets]:
+        _, shard = self._shard(group_id)
+        return await self.share_groups.describe_offsets(shard, group_id, topics)
+
+    async def alter_share_group_offsets(self, group_id: str,
+                                        topics: list[tuple[str, list[tuple[int, int]]]]
+                                        ) -> list[TopicResult]:
+        partition, _ = self._shard(group_id)
+        return await self.share_groups.alter_offsets(partition, group_id, topics)
+
+    async def delete_share_group_offsets(self, group_id: str, topics: list[str]
+                                         ) -> list[TopicResult]:
+        partition, _ = self._shard(group_id)
+        return await self.share_groups.delete_offsets(partition, group_id, topics)
 
     def _drop_if_unused(self, shard: GroupCoordinatorShard, group: ClassicGroup) -> None:
         """A group created by a JoinGroup that failed at once is not kept."""
@@ -1140,6 +1216,12 @@ def _check_static_member(group: ClassicGroup, member_id: str,
     if current is not None and current != member_id:
         return ErrorCode.FENCED_INSTANCE_ID
     return None
+
+
+def _refuse_share_group(shard: GroupCoordinatorShard, group_id: str) -> None:
+    """A share group has no committed offsets (Kafka's ShareGroup.validateOffset*)."""
+    if shard.share_group(group_id) is not None:
+        raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
 
 
 def _validate_offset_commit(group: ClassicGroup, member_id: str, group_instance_id: str | None,

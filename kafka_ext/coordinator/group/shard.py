@@ -4,7 +4,8 @@ Mirrors Kafka's GroupCoordinatorShard with its GroupMetadataManager (classic and
 consumer groups) and OffsetMetadataManager (offsets, pending transactional offsets). State is
 rebuilt by replaying the partition's records; offset and consumer group records are replayed
 after every write, while classic group metadata lives in memory and its records are replayed
-only at load (as in Kafka). A group id names either a classic or a consumer group.
+only at load (as in Kafka). A group id names a classic, a consumer or a share group (KIP-932,
+share_group.py), never two of them.
 Owned by the coordinator runtime; touched only on the event loop.
 """
 
@@ -40,6 +41,11 @@ from kafka_ext.coordinator.group.records import (
     decode_key,
     decode_offset_commit_value,
 )
+from kafka_ext.coordinator.group.share_group import (
+    ShareGroup,
+    decode_share_group_key,
+    replay_share_group,
+)
 from kafka_ext.protocol.errors import DecodeError
 
 log = logging.getLogger(__name__)
@@ -68,6 +74,7 @@ class GroupCoordinatorShard:
         self.partition = partition
         self.groups: dict[str, ClassicGroup] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.share_groups: dict[str, ShareGroup] = {}  # KIP-932 (share_group.py)
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         # producer id -> group id -> partition -> offset written in its open transaction
         self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
@@ -83,6 +90,9 @@ class GroupCoordinatorShard:
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         return self.consumer_groups.get(group_id)
+
+    def share_group(self, group_id: str) -> ShareGroup | None:
+        return self.share_groups.get(group_id)
 
     def _note_simple_group(self, group_id: str) -> None:
         """An offset commit implies its group exists, if only as a simple (memberless) one."""
@@ -118,6 +128,10 @@ class GroupCoordinatorShard:
                 self._replay_group(decoded.group_id, value)
             elif isinstance(decoded, ConsumerGroupRecordKey):
                 self._replay_consumer_group(decoded, value)
+            elif decoded is None:
+                share_key = decode_share_group_key(key)
+                if share_key is not None:
+                    replay_share_group(self.share_groups, share_key, value, self._clock_ms())
         except DecodeError as exc:
             log.error("__consumer_offsets-%d: undecodable record at offset %d skipped: %s",
                       self.partition, offset, exc)

@@ -1,0 +1,1 @@
+"""Share groups (KIP-932) on the broker: share-partitions, share sessions, the persister."""
