@@ -84,8 +84,6 @@ class PlannedAcknowledgement:
     # (first, last, type) per contiguous range, in offset order
     ranges: list[tuple[int, int, AcknowledgeType]]
     state_batches: list[StateBatch] = field(default_factory=list)
-    start_offset: int = 0
-    delivery_complete_count: int = 0
 
     @property
     def needs_persisting(self) -> bool:
@@ -254,27 +252,28 @@ class SharePartition:
             for run in self._split_range(first, last):
                 run.pending = True
         self._normalize()
-        # What the state becomes once applied: the batches to persist and the start offset.
-        start, complete = self.start_offset, 0
-        finished: list[tuple[int, int]] = []
-        for first, last, kind in plan.ranges:
+        for first, last, kind in plan.ranges:  # what the state becomes once applied
             for run in self._runs_in(first, last):
                 state, count = self._outcome(kind, run.delivery_count)
                 plan.state_batches.append(StateBatch(run.first, run.last, state, count))
-                if state in _COMPLETE:
-                    finished.append((run.first, run.last))
-                    complete += run.last - run.first + 1
+        return plan
+
+    def start_after(self, plan: PlannedAcknowledgement) -> tuple[int, int]:
+        """(start offset, delivery complete count) once `plan` applies, from the state now:
+        what its write must carry. Asked when the write goes out (writes go one at a time),
+        so a plan made earlier never carries a start offset behind one already written."""
+        finished = [(b.first_offset, b.last_offset) for b in plan.state_batches
+                    if b.delivery_state in _COMPLETE]
+        start = self.start_offset
         for run in self.runs:
             done = run.state in _COMPLETE or any(f <= run.first and run.last <= la
                                                  for f, la in finished)
             if run.first != start or not done:
                 break
             start = run.last + 1
-        plan.start_offset = start
+        complete = sum(la - f + 1 for f, la in finished)
         # Every offset the start moves past is complete, and no longer counted.
-        plan.delivery_complete_count = (self.delivery_complete_count() + complete
-                                        - (start - self.start_offset))
-        return plan
+        return start, self.delivery_complete_count() + complete - (start - self.start_offset)
 
     def complete(self, plan: PlannedAcknowledgement) -> None:
         """The plan was persisted: apply it."""

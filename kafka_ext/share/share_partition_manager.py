@@ -72,7 +72,8 @@ class ShareRead:
 class _Loaded:
     """A share-partition and what serialises its writes."""
 
-    __slots__ = ("sp", "key", "leader_epoch", "write_lock", "topic", "partition")
+    __slots__ = ("sp", "key", "leader_epoch", "write_lock", "topic", "partition",
+                 "persisted_start")
 
     def __init__(self, sp: SharePartition, key: SharePartitionKey, leader_epoch: int,
                  topic: str, partition: int) -> None:
@@ -82,6 +83,7 @@ class _Loaded:
         self.write_lock = asyncio.Lock()
         self.topic = topic
         self.partition = partition
+        self.persisted_start = sp.start_offset
 
 
 class SharePartitionManager:
@@ -241,19 +243,23 @@ class SharePartitionManager:
 
     async def _write(self, loaded: _Loaded, plan: PlannedAcknowledgement) -> None:
         async with loaded.write_lock:
-            await self._persist(loaded, plan.state_batches, plan.start_offset,
-                                plan.delivery_complete_count)
+            start, complete = loaded.sp.start_after(plan)
+            await self._persist(loaded, plan.state_batches, start, complete)
 
     async def _persist(self, loaded: _Loaded, batches: list[StateBatch],
                        start_offset: int | None = None,
                        delivery_complete_count: int | None = None) -> None:
         sp = loaded.sp
+        # The persisted start offset never moves back: the coordinator drops the state of
+        # what lies below it, so a lower one would bring acknowledged records back.
+        start = max(sp.start_offset if start_offset is None else start_offset,
+                    loaded.persisted_start)
         try:
             await self.broker.share_persister.write(
-                loaded.key, sp.state_epoch, loaded.leader_epoch,
-                sp.start_offset if start_offset is None else start_offset, batches,
+                loaded.key, sp.state_epoch, loaded.leader_epoch, start, batches,
                 sp.delivery_complete_count() if delivery_complete_count is None
                 else delivery_complete_count)
+            loaded.persisted_start = start
         except KafkaError as exc:
             if exc.code in (ErrorCode.FENCED_STATE_EPOCH, ErrorCode.FENCED_LEADER_EPOCH):
                 self._forget(loaded, f"its write was fenced ({exc.code.name})")

@@ -157,9 +157,20 @@ def test_the_plan_says_where_the_start_offset_goes() -> None:
     sp.acquire("m1", batches((0, 4), (5, 9)), 100, 0)
     acknowledge(sp, "m1", [(5, 9, [ACCEPT])])
     plan = sp.plan_acknowledgement("m1", [(0, 4, [ACCEPT])], 0)
-    assert (plan.start_offset, plan.delivery_complete_count) == (10, 0)
+    assert sp.start_after(plan) == (10, 0)
     sp.complete(plan)
     assert sp.start_offset == 10
+
+
+def test_a_plan_made_before_another_was_applied_still_writes_the_newest_start() -> None:
+    """Two acknowledgements in flight: the second one's write must not carry the start offset
+    the state had when it was planned (that would bring the first one's records back)."""
+    sp = share_partition()
+    sp.acquire("m1", batches((0, 4), (5, 9)), 100, 0)
+    first = sp.plan_acknowledgement("m1", [(0, 4, [ACCEPT])], 0)
+    second = sp.plan_acknowledgement("m1", [(7, 9, [ACCEPT])], 0)
+    sp.complete(first)  # written and applied first
+    assert sp.start_after(second) == (5, 3)
 
 
 def test_skipped_batches_are_archived_and_gaps_in_the_log_too() -> None:
