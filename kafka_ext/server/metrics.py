@@ -158,7 +158,9 @@ class TopicStats:
     """One topic's counters (or all topics'), Kafka's BrokerTopicMetrics meters as totals."""
 
     __slots__ = ("messages_in", "bytes_in", "bytes_out", "produce_requests", "fetch_requests",
-                 "failed_produce_requests", "failed_fetch_requests")
+                 "failed_produce_requests", "failed_fetch_requests", "share_fetch_requests",
+                 "failed_share_fetch_requests", "share_acknowledgement_requests",
+                 "failed_share_acknowledgement_requests")
 
     def __init__(self) -> None:
         self.messages_in = 0
@@ -168,6 +170,11 @@ class TopicStats:
         self.fetch_requests = 0
         self.failed_produce_requests = 0
         self.failed_fetch_requests = 0
+        # KIP-932 / KIP-1103: share-partitions in ShareFetch requests, and those acknowledged
+        self.share_fetch_requests = 0
+        self.failed_share_fetch_requests = 0
+        self.share_acknowledgement_requests = 0
+        self.failed_share_acknowledgement_requests = 0
 
 
 class BrokerTopicStats:
@@ -186,6 +193,15 @@ class BrokerTopicStats:
         if stats is None:
             stats = self.topics[name] = TopicStats()
         return stats
+
+    def record_share(self, topic: str, fetched: bool, fetch_failed: bool, acknowledged: bool,
+                     acknowledge_failed: bool) -> None:
+        """One share-partition of a ShareFetch or ShareAcknowledge request."""
+        for stats in (self.topic(topic), self.all_topics):
+            stats.share_fetch_requests += fetched
+            stats.failed_share_fetch_requests += fetch_failed
+            stats.share_acknowledgement_requests += acknowledged
+            stats.failed_share_acknowledgement_requests += acknowledge_failed
 
     def record_produce(self, request: Any, responses: Iterable[Any]) -> None:
         """A produce request and its per-topic answers, in request order: appended batches
@@ -278,6 +294,7 @@ class BrokerCollector:
             yield from self._controller_metrics(controller)
             yield from self._raft_metrics(controller)
         yield from self._group_metrics()
+        yield from self._share_group_metrics()
         yield from self._diskless_metrics()
 
     def _topic_metrics(self) -> Iterator[Metric]:
@@ -296,7 +313,15 @@ class BrokerCollector:
                 ("failed_produce_requests", "failedproducerequests",
                  "Partitions of produce requests that failed"),
                 ("failed_fetch_requests", "failedfetchrequests",
-                 "Partitions of consumer fetch requests that failed")):
+                 "Partitions of consumer fetch requests that failed"),
+                ("share_fetch_requests", "totalsharefetchrequests",
+                 "Share-partitions in ShareFetch requests"),
+                ("failed_share_fetch_requests", "failedsharefetchrequests",
+                 "Share-partitions of ShareFetch requests that failed"),
+                ("share_acknowledgement_requests", "totalshareacknowledgementrequests",
+                 "Share-partitions acknowledged (ShareAcknowledge, or within ShareFetch)"),
+                ("failed_share_acknowledgement_requests", "failedshareacknowledgementrequests",
+                 "Share-partition acknowledgements that failed")):
             # The all-topics series carries no topic label, as the JMX exporter gives Kafka's
             # BrokerTopicMetrics MBean without a topic key.
             family = CounterMetricFamily(f"kafka_server_brokertopicmetrics_{name}", doc,
@@ -529,6 +554,33 @@ class BrokerCollector:
         yield by_state
         yield current
         yield lag
+
+    def _share_group_metrics(self) -> Iterator[Metric]:
+        """Kafka 4.2's ShareGroupMetrics (RecordAcknowledgementsPerSec by ackType,
+        PartitionLoadTimeMs) and the group coordinator's share-group-count by state."""
+        manager = self.broker.share_partitions
+        acks = CounterMetricFamily("kafka_server_sharegroupmetrics_recordacknowledgements",
+                                   "Records acknowledged, by acknowledgement type",
+                                   labels=["ackType"])
+        for kind, count in sorted(manager.record_acknowledgements.items()):
+            acks.add_metric([kind], count)
+        yield acks
+        load = HistogramMetricFamily("kafka_server_sharegroupmetrics_partitionloadtimems",
+                                     "Time to load a share-partition's state")
+        load.add_metric([], manager.partition_load_time.buckets(),
+                        manager.partition_load_time.sum_ms)
+        yield load
+        yield _gauge("kafka_server_sharegroupmetrics_sharesessions",
+                     "Share sessions open on this broker", len(manager.sessions))
+        by_state = GaugeMetricFamily("kafka_server_group_coordinator_metrics_share_group_count",
+                                     "Share groups by state", labels=["state"])
+        states: dict[str, int] = {}
+        for _, shard in self.broker.group_coordinator.runtime.shards():
+            for group in shard.share_groups.values():
+                states[group.state.value] = states.get(group.state.value, 0) + 1
+        for state, count in sorted(states.items()):
+            by_state.add_metric([state.lower()], count)
+        yield by_state
 
     def _diskless_metrics(self) -> Iterator[Metric]:
         writer = self.broker.diskless.writer

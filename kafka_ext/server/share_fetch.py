@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +79,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
         _close(ctx, session)
     elif not renew:  # a renewing request fetches nothing (KIP-1222)
         await _fetch(ctx, session, answers, request)
+    _record_stats(ctx, answers.values(), fetched=request.share_session_epoch != FINAL_EPOCH)
     listed = list(answers.values()) if full else [a for a in answers.values()
                                                    if a.worth_answering]
     return _fetch_response(ctx, Response, listed, config.record_lock_duration_ms)
@@ -100,6 +101,7 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
     await _acknowledge_all(ctx, session, answers, request.topics, renew)
     if request.share_session_epoch == FINAL_EPOCH:
         _close(ctx, session)
+    _record_stats(ctx, answers.values(), fetched=False)
     topics: dict[uuid.UUID, Any] = {}
     hinted: list[tuple[str, Any]] = []
     for answer in answers.values():
@@ -117,6 +119,16 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
     endpoints = add_leader_hints(ctx, hinted, Response.NodeEndpoint)
     return Response(error_code=0, acquisition_lock_timeout_ms=config.record_lock_duration_ms,
                     responses=list(topics.values()), node_endpoints=endpoints)
+
+
+def _record_stats(ctx: RequestContext, answers: Iterable[_PartitionAnswer], fetched: bool
+                  ) -> None:
+    """BrokerTopicMetrics' share counters (KIP-1103), per share-partition of the request."""
+    stats = ctx.broker.topic_stats
+    for answer in answers:
+        if answer.topic:
+            stats.record_share(answer.topic, fetched, fetched and bool(answer.error),
+                               answer.acknowledged, answer.acknowledged and bool(answer.ack_error))
 
 
 # -- sessions ----------------------------------------------------------------------------

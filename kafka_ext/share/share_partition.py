@@ -84,6 +84,7 @@ class PlannedAcknowledgement:
     # (first, last, type) per contiguous range, in offset order
     ranges: list[tuple[int, int, AcknowledgeType]]
     state_batches: list[StateBatch] = field(default_factory=list)
+    renewed: int = 0  # offsets whose lock RENEW extended (applied at once, never written)
 
     @property
     def needs_persisting(self) -> bool:
@@ -247,6 +248,7 @@ class SharePartition:
             if kind == AcknowledgeType.RENEW:
                 for run in self._split_range(first, last):
                     run.deadline_ms = now_ms + self.lock_duration_ms
+                plan.renewed += last - first + 1
                 continue
             plan.ranges.append((first, last, kind))
             for run in self._split_range(first, last):

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.record_batch import iter_batch_headers
 from kafka_ext.protocol.records import READ_COMMITTED
+from kafka_ext.server.metrics import LatencyHistogram
 from kafka_ext.share.group_config import (
     AUTO_OFFSET_RESET_BY_DURATION,
     AUTO_OFFSET_RESET_EARLIEST,
@@ -40,6 +42,7 @@ from kafka_ext.share.persister import (
     StateBatch,
 )
 from kafka_ext.share.share_partition import (
+    AcknowledgeType,
     AcquiredRange,
     BatchInfo,
     PlannedAcknowledgement,
@@ -95,6 +98,10 @@ class SharePartitionManager:
         self._loading: dict[ShareKey, asyncio.Future[_Loaded]] = {}
         self._task: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Task[None]] = set()
+        # Kafka's ShareGroupMetrics (server/metrics.py): records acknowledged per type, and
+        # how long share-partitions took to load.
+        self.record_acknowledgements: Counter[str] = Counter()
+        self.partition_load_time = LatencyHistogram()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -144,6 +151,7 @@ class SharePartitionManager:
 
     async def _load(self, group_id: str, topic: str, topic_id: uuid.UUID, partition: int,
                     hosted: Any) -> _Loaded:
+        started = time.perf_counter()
         key = SharePartitionKey(group_id, topic_id, partition)
         config = share_group_configs(self.broker, group_id)
         persister = self.broker.share_persister
@@ -170,6 +178,7 @@ class SharePartitionManager:
                                 max_in_flight_records=sp.max_in_flight_records)
         loaded = _Loaded(sp, key, hosted.leader_epoch, topic, partition)
         self._partitions[(group_id, topic, partition)] = loaded
+        self.partition_load_time.observe((time.perf_counter() - started) * 1000)
         return loaded
 
     def _reset_offset(self, plog: Any, reset: Any) -> int:
@@ -229,8 +238,9 @@ class SharePartitionManager:
         (INVALID_RECORD_STATE, INVALID_REQUEST, or the persister's error)."""
         sp = loaded.sp
         plan = sp.plan_acknowledgement(member_id, batches, time.monotonic() * 1000)
-        if not plan.needs_persisting:
+        if not plan.needs_persisting:  # renewals only
             sp.complete(plan)
+            self._count(plan)
             return
         try:
             await self._write(loaded, plan)
@@ -238,8 +248,16 @@ class SharePartitionManager:
             sp.abandon(plan)
             raise
         sp.complete(plan)
+        self._count(plan)
         if any(b.delivery_state == DeliveryState.AVAILABLE for b in plan.state_batches):
             self._wake(loaded)
+
+    def _count(self, plan: PlannedAcknowledgement) -> None:
+        if plan.renewed:
+            self.record_acknowledgements["Renew"] += plan.renewed
+        for first, last, kind in plan.ranges:
+            if kind != AcknowledgeType.GAP:
+                self.record_acknowledgements[kind.name.capitalize()] += last - first + 1
 
     async def _write(self, loaded: _Loaded, plan: PlannedAcknowledgement) -> None:
         async with loaded.write_lock:

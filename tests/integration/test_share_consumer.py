@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -28,15 +29,19 @@ from confluent_kafka.admin import (
 )
 
 from tests.integration.clients import confluent_admin, create_topic, new_topic_name, wait_until
-from tests.integration.conftest import BrokerProcess, serve_for_module
+from tests.integration.conftest import BrokerProcess, free_port, serve_for_module
 
 LOCK_MS = 3000  # group.share.record.lock.duration.ms of this module's broker
 DELIVERY_LIMIT = 3
 
 
+METRICS_PORT = free_port()
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path_factory.mktemp("share") / "data", {
+        "prometheus.metrics.port": str(METRICS_PORT),
         "offsets.topic.num.partitions": "1",
         "share.coordinator.state.topic.num.partitions": "1",
         "group.share.record.lock.duration.ms": str(LOCK_MS),
@@ -69,6 +74,19 @@ def produce(bootstrap: str, topic: str, count: int, pause_s: float = 0.0) -> Non
             producer.poll(0)
             time.sleep(pause_s * 10)
     assert producer.flush(30) == 0
+
+
+def scrape_metrics() -> dict[tuple[str, str], float]:
+    """(name, labels) -> value of the broker's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10) as got:
+        text = got.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name_labels, value = line.rsplit(" ", 1)
+            name, _, labels = name_labels.partition("{")
+            samples[(name, labels.rstrip("}"))] = float(value)
+    return samples
 
 
 def share_consumer(bootstrap: str, group: str, topic: str, **config: Any) -> ShareConsumer:
@@ -114,6 +132,11 @@ def test_several_consumers_share_one_partition_and_each_record_is_delivered_once
             consumer.close()
     assert sorted(seen) == list(range(3000))
     assert set(seen.values()) == {1}, "a record was delivered twice"
+    metrics = scrape_metrics()
+    assert metrics[("kafka_server_sharegroupmetrics_recordacknowledgements_total",
+                    'ackType="Accept"')] >= 3000
+    assert metrics[("kafka_server_brokertopicmetrics_totalsharefetchrequests_total",
+                    f'topic="{topic}"')] > 0
     assert len(by_consumer) >= 2, f"one consumer took everything: {by_consumer}"
     # Everything was acknowledged: a new member of the group gets nothing more.
     late = share_consumer(broker.bootstrap, group, topic)
