@@ -4,9 +4,8 @@ of a share group, DeleteGroups; group configs through DescribeConfigs/Incrementa
 on GROUP resources (kafka-python, confluent-kafka); ShareGroupDescribe and the offsets APIs
 (90-92) in raw frames encoded with Kafka's schemas, since no stock Python client sends them.
 
-What needs the share coordinator (share state initialized, then partitions assigned and
-records delivered) is tested with the share consumer end to end elsewhere; here the broker may
-or may not have a persister, and the tests hold either way.
+The offsets APIs go through the real share coordinator (`__share_group_state`); records
+delivered to share consumers are tests/integration/test_share_consumer.py's.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ShareConsumer
+from confluent_kafka import Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -81,6 +80,23 @@ def _shadowed_round_trip(sock: socket.socket, api_key: int, body: Any) -> Any:
     return body_out
 
 
+def _coordinator_ready(broker: BrokerProcess, group_id: str) -> None:
+    """What a client does first: FindCoordinator (which creates __consumer_offsets), until the
+    group's coordinator answers."""
+    find = registry().requests[ApiKey.FIND_COORDINATOR].cls
+
+    def found() -> bool:
+        with _connect(broker) as sock:
+            answer = round_trip(sock, ApiKey.FIND_COORDINATOR, 4,
+                                find(key_type=0, coordinator_keys=[group_id]))
+        return answer.coordinators[0].error_code == 0 and \
+            _describe(broker, group_id).error_code not in (
+                ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+    _until(found, f"the coordinator of {group_id}")
+
+
 def _describe(broker: BrokerProcess, group_id: str) -> Any:
     cls = registry().shadowed_requests[SHARE_GROUP_DESCRIBE].cls
     with _connect(broker) as sock:
@@ -130,6 +146,14 @@ def test_a_share_consumer_joins_is_listed_and_described_then_leaves(
         assert member.client_id == "share-admin-consumer"
         assert member.subscribed_topic_names == ["jobs"] and member.member_epoch >= 1
         assert described.authorized_operations not in (0, -2147483648)
+
+        def assigned() -> Any:  # once the share coordinator initialized both share-partitions
+            consumer.poll(0.2)
+            (m,) = _describe(broker, GROUP).members
+            return sorted((tp.topic_name, p) for tp in m.assignment.topic_partitions
+                          for p in tp.partitions)
+
+        assert _until(assigned, "the assignment") == [("jobs", 0), ("jobs", 1)]
         listed = {g["group_id"]: g for g in admin.list_groups(types_filter=["share"])}
         assert (listed[GROUP]["group_type"], listed[GROUP]["group_state"],
                 listed[GROUP]["protocol_type"]) == ("share", "Stable", "share")
@@ -185,6 +209,8 @@ def test_offsets_apis_answer_for_unknown_groups_and_topics(broker: BrokerProcess
     Describe = reg.requests[ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS].cls
     Alter = reg.requests[ApiKey.ALTER_SHARE_GROUP_OFFSETS].cls
     Delete = reg.requests[ApiKey.DELETE_SHARE_GROUP_OFFSETS].cls
+    _coordinator_ready(broker, "nobody")
+    _coordinator_ready(broker, "alter-app")
     with _connect(broker) as sock:
         described = round_trip(sock, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, Describe(groups=[
             Describe.DescribeShareGroupOffsetsRequestGroup(group_id="nobody", topics=None),
@@ -228,3 +254,44 @@ def test_delete_groups_deletes_an_empty_share_group(broker: BrokerProcess,
     deleted = admin.delete_groups(["doomed"])
     assert deleted == {"doomed": "OK"}
     assert _describe(broker, "doomed").error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_offsets_are_altered_described_with_lag_and_deleted(broker: BrokerProcess,
+                                                            admin: KafkaAdminClient) -> None:
+    """Through the share coordinator: AlterShareGroupOffsets initializes the share-partition at
+    the given offset, DescribeShareGroupOffsets v1 shows it with its lag (end offset - start
+    offset - records already delivered), DeleteShareGroupOffsets forgets it."""
+    admin.create_topics([NewTopic("lagged", 1, 1)])
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce("lagged", value=b"%d" % i)
+    assert producer.flush(TIMEOUT_S) == 0
+    reg = registry()
+    Describe = reg.requests[ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS].cls
+    Alter = reg.requests[ApiKey.ALTER_SHARE_GROUP_OFFSETS].cls
+    Delete = reg.requests[ApiKey.DELETE_SHARE_GROUP_OFFSETS].cls
+    everything = Describe(groups=[Describe.DescribeShareGroupOffsetsRequestGroup(
+        group_id="offsets-app", topics=None)])
+    _coordinator_ready(broker, "offsets-app")
+    with _connect(broker) as sock:
+        altered = round_trip(sock, ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, Alter(
+            group_id="offsets-app", topics=[Alter.AlterShareGroupOffsetsRequestTopic(
+                topic_name="lagged", partitions=[Alter.AlterShareGroupOffsetsRequestPartition(
+                    partition_index=0, start_offset=4)])]))
+        assert (altered.error_code, altered.responses[0].partitions[0].error_code) == (0, 0)
+        (group,) = round_trip(sock, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, everything).groups
+        assert group.error_code == 0
+        (topic,) = group.topics
+        (partition,) = topic.partitions
+        assert (topic.topic_name, partition.partition_index, partition.error_code) == (
+            "lagged", 0, 0)
+        assert partition.start_offset == 4
+        assert partition.lag == 10 - 4  # end offset - start offset - delivered (none yet)
+        assert _describe(broker, "offsets-app").group_state == "Empty"
+        deleted = round_trip(sock, ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, Delete(
+            group_id="offsets-app", topics=[Delete.DeleteShareGroupOffsetsRequestTopic(
+                topic_name="lagged")]))
+        assert [(t.topic_name, t.error_code) for t in deleted.responses] == [("lagged", 0)]
+        (group,) = round_trip(sock, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, everything).groups
+        assert (group.error_code, group.topics) == (0, [])
+    assert admin.delete_groups(["offsets-app"]) == {"offsets-app": "OK"}
