@@ -30,6 +30,7 @@ from kafka_ext.cli import (
     metadata_quorum,
     producer_perf_test,
     reassign_partitions,
+    share_groups,
     storage,
     topics,
 )
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     metadata_quorum.add_parser(subparsers)
     configs.add_parser(subparsers)
     consumer_groups.add_parser(subparsers)
+    share_groups.add_parser(subparsers)
     docker_entrypoint.add_parser(subparsers)
     healthcheck.add_parser(subparsers)
     dump_log.add_parser(subparsers)
