@@ -319,7 +319,8 @@ def test_empty_frame_closes_connection(broker: Any) -> None:
 # -- API keys and versions -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("api_key", [9999, -1, 76, 1000, 64], ids=lambda k: f"key{k}")
+# 88/89 are Kafka 4.1's streams-group keys (KIP-1071), which we do not serve.
+@pytest.mark.parametrize("api_key", [9999, -1, 88, 1000, 89], ids=lambda k: f"key{k}")
 def test_unknown_or_unserved_api_key_closes_connection(broker: Any, traffic: SteadyTraffic,
                                                        api_key: int) -> None:
     advertised = advertised_ranges(broker)
