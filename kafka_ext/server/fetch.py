@@ -384,25 +384,12 @@ async def _relay_chunk_reads(broker: Any, request: Any, targets: list[_Target],
     total = 0
     for index, replica in relayed.items():
         target, data = targets[index], results[index]
-        ask = _Request(
-            replica_state=_Request.ReplicaState(replica_id=-1, replica_epoch=-1),
-            max_wait_ms=0, min_bytes=1, max_bytes=target.cached.max_bytes,
-            isolation_level=request.isolation_level, session_id=0, session_epoch=-1,
-            topics=[_Request.FetchTopic(topic=target.topic, topic_id=target.topic_id,
-                                        partitions=[_Request.FetchPartition(
-                                            partition=target.partition,
-                                            current_leader_epoch=-1,
-                                            fetch_offset=target.cached.fetch_offset,
-                                            last_fetched_epoch=-1, log_start_offset=-1,
-                                            partition_max_bytes=target.cached.max_bytes)])],
-            forgotten_topics_data=[], rack_id="")
         try:
-            answer = await broker.broker_channels.request(replica, ApiKey.FETCH,
-                                                          RELAY_FETCH_VERSION, ask,
-                                                          RELAY_TIMEOUT_S)
-            got = answer.responses[0].partitions[0]
-        except (ConnectionError, TimeoutError, OSError, IndexError):
-            data.error_code = int(ErrorCode.REPLICA_NOT_AVAILABLE)
+            got = await relay_chunk_fetch(broker, replica, target.topic, target.topic_id,
+                                          target.partition, target.cached.fetch_offset,
+                                          target.cached.max_bytes, request.isolation_level)
+        except KafkaError as exc:
+            data.error_code = int(exc.code)
             continue
         data.error_code = got.error_code
         data.high_watermark, data.last_stable_offset = got.high_watermark, got.last_stable_offset
@@ -412,6 +399,31 @@ async def _relay_chunk_reads(broker: Any, request: Any, targets: list[_Target],
             data.aborted_transactions = list(got.aborted_transactions or ())
         total += records.nbytes
     return total
+
+
+async def relay_chunk_fetch(broker: Any, replica: int, topic: str, topic_id: uuid.UUID,
+                            partition: int, offset: int, max_bytes: int,
+                            isolation_level: int) -> Any:
+    """One partition's read of an inactive chunk at `replica` (a consumer's Fetch between
+    brokers, answered without waiting): its PartitionData. REPLICA_NOT_AVAILABLE (retriable)
+    when the replica cannot be reached."""
+    ask = _Request(
+        replica_state=_Request.ReplicaState(replica_id=-1, replica_epoch=-1),
+        max_wait_ms=0, min_bytes=1, max_bytes=max_bytes, isolation_level=isolation_level,
+        session_id=0, session_epoch=-1,
+        topics=[_Request.FetchTopic(topic=topic, topic_id=topic_id, partitions=[
+            _Request.FetchPartition(partition=partition, current_leader_epoch=-1,
+                                    fetch_offset=offset, last_fetched_epoch=-1,
+                                    log_start_offset=-1, partition_max_bytes=max_bytes)])],
+        forgotten_topics_data=[], rack_id="")
+    try:
+        answer = await broker.broker_channels.request(replica, ApiKey.FETCH,
+                                                      RELAY_FETCH_VERSION, ask, RELAY_TIMEOUT_S)
+        return answer.responses[0].partitions[0]
+    except (ConnectionError, TimeoutError, OSError, IndexError) as exc:
+        raise KafkaError(ErrorCode.REPLICA_NOT_AVAILABLE,
+                         f"the replica {replica} of a chunk of {topic}-{partition} did not "
+                         f"answer: {exc}") from exc
 
 
 def chunk_read_replica(image: Any, topic: str, partition: int, chunk: Any,

@@ -89,25 +89,34 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
 
 async def _lookup_in_chunks(ctx: RequestContext, topic: str, partition: int,
                             timestamp: int) -> tuple[int, int, int] | None:
-    """The first offset at or after `timestamp` when it is in an inactive chunk (seed 000):
-    the chunks are tried oldest first, each that may hold it (its newest record is not older)
-    in the log here when this broker holds it, else through one of its replicas. A replica
-    answers another broker's question from the chunks it holds. None: not in any chunk."""
+    """The first offset at or after `timestamp` when it is in an inactive chunk (seed 000),
+    asked by a client of the partition's leader, or by another broker of a replica, which
+    answers from the chunks it holds. None: not in any chunk."""
     broker = ctx.broker
-    known = broker.controller.image.topics_by_name.get(topic)
-    part = known.partitions.get(partition) if known is not None else None
-    if part is None or not part.chunks:
-        return None
     leads = (topic, partition) in broker.replica_manager.partitions and \
         broker.replica_manager.partitions[(topic, partition)].is_leader
     asked_by_node = peer_audience_of(ctx.connection) == Audience.NODE
     if not leads and not asked_by_node:
         return None  # the usual NOT_LEADER_OR_FOLLOWER follows
+    return await lookup_in_chunks(broker, topic, partition, timestamp,
+                                  ask_replicas=not asked_by_node)
+
+
+async def lookup_in_chunks(broker: Any, topic: str, partition: int, timestamp: int, *,
+                           ask_replicas: bool) -> tuple[int, int, int] | None:
+    """(offset, timestamp, leader epoch) of the first record at or after `timestamp` in the
+    inactive chunks: tried oldest first, each that may hold it (its newest record is not
+    older), in the log here when this broker holds it, else (`ask_replicas`) through one of
+    its replicas. None: not in any chunk."""
+    known = broker.controller.image.topics_by_name.get(topic)
+    part = known.partitions.get(partition) if known is not None else None
+    if part is None or not part.chunks:
+        return None
     for chunk in part.chunks:
         if 0 <= chunk.max_timestamp < timestamp:
             continue
         found = _lookup_in_chunk(broker, topic, partition, chunk, timestamp)
-        if found is None and not asked_by_node:
+        if found is None and ask_replicas:
             found = await _ask_chunk_replica(broker, topic, partition, chunk, timestamp)
         if found is not None:
             return found

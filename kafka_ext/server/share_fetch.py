@@ -32,6 +32,7 @@ from kafka_ext.server.leader_hints import add_leader_hints
 from kafka_ext.share.group_config import share_group_configs
 from kafka_ext.share.share_partition import AcknowledgeType, AcquiredRange
 from kafka_ext.share.share_session import FINAL_EPOCH, INITIAL_EPOCH, ShareSession
+from kafka_ext.share.share_source import share_owner
 
 # MaxRecords when a client leaves it 0 (Kafka's share.max.poll.records default).
 _DEFAULT_MAX_RECORDS = 500
@@ -116,7 +117,7 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
                                       error_message=answer.ack_message)
         topic.partitions.append(data)
         hinted.append((answer.topic, data))
-    endpoints = add_leader_hints(ctx, hinted, Response.NodeEndpoint)
+    endpoints = add_leader_hints(ctx, hinted, Response.NodeEndpoint, share_owner)
     return Response(error_code=0, acquisition_lock_timeout_ms=config.record_lock_duration_ms,
                     responses=list(topics.values()), node_endpoints=endpoints)
 
@@ -273,9 +274,10 @@ async def _fetch(ctx: RequestContext, session: ShareSession,
             try:
                 loaded = await manager.share_partition(session.group_id, answer.topic,
                                                        answer.topic_id, answer.partition)
-                got = manager.read(loaded, session.member_id,
-                                   max(request.max_bytes - total_bytes, 0),
-                                   max_records - acquired, min_one_batch=total_bytes == 0)
+                got = await manager.read(loaded, session.member_id,
+                                         max(request.max_bytes - total_bytes, 0),
+                                         max_records - acquired,
+                                         min_one_batch=total_bytes == 0)
             except KafkaError as exc:
                 answer.error, answer.message = _client_error(exc.code), exc.message
                 continue
@@ -309,7 +311,7 @@ def _fetch_response(ctx: RequestContext, Response: Any, answers: list[_Partition
                 delivery_count=r.delivery_count) for r in answer.acquired])
         topic.partitions.append(data)
         hinted.append((answer.topic, data))
-    endpoints = add_leader_hints(ctx, hinted, Response.NodeEndpoint)
+    endpoints = add_leader_hints(ctx, hinted, Response.NodeEndpoint, share_owner)
     return Response(error_code=0, acquisition_lock_timeout_ms=lock_duration_ms,
                     responses=list(topics.values()), node_endpoints=endpoints)
 

@@ -3,15 +3,16 @@
 Mirrors Kafka's SharePartitionManager (KIP-932). A share-partition is loaded on the first
 ShareFetch that names it, from the state the persister keeps (`persister.py`): a start offset
 the group coordinator left unresolved (-1) is resolved here with the group's
-`share.auto.offset.reset` and written back. Reads go through the partition's log like a
+`share.auto.offset.reset` and written back. Reads go through the partition's source
+(`share_source.py`: its log and inactive chunks, or its WAL objects when diskless) like a
 consumer's fetch (up to the high watermark, or the last stable offset for a read_committed
-group) and hand out the batches as memoryview slices of the segment maps, never decoded:
+group) and hand out the batches as memoryview slices of what was read, never decoded:
 acquisition looks only at batch headers. Acknowledgements are persisted before they are
 answered; lock expiries and releases are persisted after they apply. Writes of one
 share-partition go out one at a time, in order.
 
-A share-partition is dropped when this broker stops leading its partition (the new leader
-loads the persisted state), when its topic goes, when a write is fenced (its group's offsets
+A share-partition is dropped when this broker stops holding its partition's share-partitions
+(a new leader, or a diskless coordinator's new leader, loads the persisted state), when its topic goes, when a write is fenced (its group's offsets
 were altered or deleted), or once no session names it and it holds no lock. Loop-owned.
 """
 
@@ -27,14 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
-from kafka_ext.protocol.record_batch import iter_batch_headers
 from kafka_ext.protocol.records import READ_COMMITTED
 from kafka_ext.server.metrics import LatencyHistogram
-from kafka_ext.share.group_config import (
-    AUTO_OFFSET_RESET_BY_DURATION,
-    AUTO_OFFSET_RESET_EARLIEST,
-    share_group_configs,
-)
+from kafka_ext.share.group_config import share_group_configs
 from kafka_ext.share.persister import (
     UNINITIALIZED_START_OFFSET,
     DeliveryState,
@@ -49,6 +45,7 @@ from kafka_ext.share.share_partition import (
     SharePartition,
 )
 from kafka_ext.share.share_session import ShareSession, ShareSessionCache
+from kafka_ext.share.share_source import ShareSource, SourceRead, open_source, share_owner
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +61,7 @@ ShareKey = tuple[str, str, int]
 class ShareRead:
     """What one share-partition handed out to a fetch: batches and the acquired ranges."""
 
-    records: list[memoryview]
+    records: list[memoryview | bytes]
     acquired: list[AcquiredRange]
 
     @property
@@ -75,14 +72,15 @@ class ShareRead:
 class _Loaded:
     """A share-partition and what serialises its writes."""
 
-    __slots__ = ("sp", "key", "leader_epoch", "write_lock", "topic", "partition",
+    __slots__ = ("sp", "key", "source", "leader_epoch", "write_lock", "topic", "partition",
                  "persisted_start")
 
-    def __init__(self, sp: SharePartition, key: SharePartitionKey, leader_epoch: int,
+    def __init__(self, sp: SharePartition, key: SharePartitionKey, source: ShareSource,
                  topic: str, partition: int) -> None:
         self.sp = sp
         self.key = key
-        self.leader_epoch = leader_epoch
+        self.source = source
+        self.leader_epoch = source.leader_epoch
         self.write_lock = asyncio.Lock()
         self.topic = topic
         self.partition = partition
@@ -120,114 +118,115 @@ class SharePartitionManager:
             await asyncio.gather(*self._writes, return_exceptions=True)
 
     def _on_image(self, old: Any, new: Any) -> None:
-        """Drop share-partitions whose partition this broker no longer leads at their epoch."""
+        """Drop share-partitions whose partition this broker no longer holds at their epoch."""
         for key, loaded in list(self._partitions.items()):
-            topic = new.topics_by_name.get(loaded.topic)
-            part = topic.partitions.get(loaded.partition) if topic is not None else None
-            if (part is None or topic.topic_id != loaded.key.topic_id
-                    or part.leader != self.broker.node_id
-                    or part.leader_epoch != loaded.leader_epoch):
+            if not self._holds(new, loaded):
                 log.info("share-partition %s-%d of group %s: no longer led here",
                          loaded.topic, loaded.partition, key[0])
                 del self._partitions[key]
+
+    def _holds(self, image: Any, loaded: _Loaded) -> bool:
+        """Whether this broker still holds `loaded`'s partition at the epoch it was loaded at."""
+        topic = image.topics_by_name.get(loaded.topic)
+        return (topic is not None and topic.topic_id == loaded.key.topic_id
+                and share_owner(image, loaded.topic, loaded.partition)
+                == (self.broker.node_id, loaded.leader_epoch))
 
     # -- loading -------------------------------------------------------------------------
 
     async def share_partition(self, group_id: str, topic: str, topic_id: uuid.UUID,
                               partition: int) -> _Loaded:
         """The loaded share-partition, loading it on first use. NOT_LEADER_OR_FOLLOWER when
-        this broker does not lead the partition; the persister's errors as they come."""
-        hosted = self.broker.replica_manager.leader_partition(topic, partition)
+        this broker does not hold the partition's share-partitions; the persister's errors as
+        they come."""
+        source = open_source(self.broker, topic, partition)
         key = (group_id, topic, partition)
         loaded = self._partitions.get(key)
-        if loaded is not None and loaded.leader_epoch == hosted.leader_epoch:
+        if loaded is not None and loaded.leader_epoch == source.leader_epoch:
             return loaded
         pending = self._loading.get(key)
         if pending is None:
             pending = self._loading[key] = asyncio.ensure_future(
-                self._load(group_id, topic, topic_id, partition, hosted))
+                self._load(group_id, topic, topic_id, partition, source))
             pending.add_done_callback(lambda _: self._loading.pop(key, None))
         return await asyncio.shield(pending)
 
     async def _load(self, group_id: str, topic: str, topic_id: uuid.UUID, partition: int,
-                    hosted: Any) -> _Loaded:
+                    source: ShareSource) -> _Loaded:
         started = time.perf_counter()
         key = SharePartitionKey(group_id, topic_id, partition)
         config = share_group_configs(self.broker, group_id)
         persister = self.broker.share_persister
-        state = await persister.read(key, hosted.leader_epoch)
+        state = await persister.read(key, source.leader_epoch)
         sp = SharePartition.from_state(
             state, lock_duration_ms=config.record_lock_duration_ms,
             delivery_count_limit=config.delivery_count_limit,
             max_in_flight_records=config.partition_max_record_locks)
-        plog = hosted.log
         if state.start_offset == UNINITIALIZED_START_OFFSET:
-            start = self._reset_offset(plog, config.auto_offset_reset)
+            start = await source.reset_offset(config.auto_offset_reset)
             sp = SharePartition(state.state_epoch, start,
                                 lock_duration_ms=config.record_lock_duration_ms,
                                 delivery_count_limit=config.delivery_count_limit,
                                 max_in_flight_records=config.partition_max_record_locks)
-            await persister.write(key, sp.state_epoch, hosted.leader_epoch, start, [], 0)
+            await persister.write(key, sp.state_epoch, source.leader_epoch, start, [], 0)
             log.info("share group %s starts %s-%d at offset %d (share.auto.offset.reset=%s)",
                      group_id, topic, partition, start, config.auto_offset_reset.strategy)
-        sp.move_start_to(plog.log_start_offset)
-        if sp.start_offset > plog.log_end_offset:  # the log was truncated or recreated
-            sp = SharePartition(sp.state_epoch, plog.log_end_offset,
+        log_start, log_end = source.log_start_offset(), source.end_offset()
+        if log_start is not None:
+            sp.move_start_to(log_start)
+        if log_end is not None and sp.start_offset > log_end:  # truncated or recreated
+            sp = SharePartition(sp.state_epoch, log_end,
                                 lock_duration_ms=sp.lock_duration_ms,
                                 delivery_count_limit=sp.delivery_count_limit,
                                 max_in_flight_records=sp.max_in_flight_records)
-        loaded = _Loaded(sp, key, hosted.leader_epoch, topic, partition)
+        loaded = _Loaded(sp, key, source, topic, partition)
         self._partitions[(group_id, topic, partition)] = loaded
         self.partition_load_time.observe((time.perf_counter() - started) * 1000)
         return loaded
 
-    def _reset_offset(self, plog: Any, reset: Any) -> int:
-        if reset.strategy == AUTO_OFFSET_RESET_EARLIEST:
-            return int(plog.log_start_offset)
-        if reset.strategy == AUTO_OFFSET_RESET_BY_DURATION:
-            found = plog.fetch_offset_by_timestamp(int(time.time() * 1000) - reset.duration_ms)
-            return int(plog.high_watermark) if found is None else int(found.offset)
-        return int(plog.high_watermark)  # latest
-
     # -- reads ---------------------------------------------------------------------------
 
-    def read(self, loaded: _Loaded, member_id: str, max_bytes: int, max_records: int,
-             min_one_batch: bool) -> ShareRead:
-        """Acquire for `member_id` from the partition's log, within `max_bytes` (the first
+    async def read(self, loaded: _Loaded, member_id: str, max_bytes: int, max_records: int,
+                   min_one_batch: bool) -> ShareRead:
+        """Acquire for `member_id` from the partition's source, within `max_bytes` (the first
         batch may pass it when `min_one_batch`) and `max_records` (whole batches)."""
         sp = loaded.sp
-        hosted = self.broker.replica_manager.leader_partition(loaded.topic, loaded.partition)
-        if hosted.leader_epoch != loaded.leader_epoch:
+        if not self._holds(self.broker.controller.image, loaded):
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                              f"{loaded.topic}-{loaded.partition} changed leader epoch")
-        plog = hosted.log
-        if sp.move_start_to(plog.log_start_offset):
+        source = loaded.source
+        known_start = source.log_start_offset()
+        if known_start is not None and sp.move_start_to(known_start):
             self._persist_soon(loaded, [])
-        if not sp.can_acquire() or max_records <= 0:
-            return ShareRead([], [])
         config = share_group_configs(self.broker, loaded.key.group_id)
         read_committed = config.isolation_level == READ_COMMITTED
-        fetch_offset = sp.next_fetch_offset()
-        upper = plog.last_stable_offset if read_committed else plog.high_watermark
-        if fetch_offset >= upper:
-            return ShareRead([], [])
-        info = plog.read(fetch_offset, max_bytes, max_offset=upper,
-                         min_one_message=min_one_batch)
-        if not info.records:
-            return ShareRead([], [])
-        aborted = plog.aborted_transactions_in(info) if read_committed else []
-        now_ms = time.monotonic() * 1000
-        records: list[memoryview] = []
-        acquired: list[AcquiredRange] = []
-        for view in info.records:
-            batches = list(_batches_of(view, aborted))
-            got = sp.acquire(member_id, (b for _, _, b in batches), max_records - _count(
-                acquired), now_ms)
-            if got:
-                acquired.extend(got)
-                records.extend(_slices_holding(view, batches, got))
-            if _count(acquired) >= max_records:
+        for _ in range(2):  # again once when the read finds the start moved past the offset
+            if not sp.can_acquire() or max_records <= 0:
+                return ShareRead([], [])
+            fetch_offset = sp.next_fetch_offset()
+            got, log_start = await source.read(fetch_offset, max_bytes,
+                                               read_committed=read_committed,
+                                               min_one_batch=min_one_batch)
+            if sp.move_start_to(log_start):
+                self._persist_soon(loaded, [])
+            if got.batches:
+                return self._acquire(sp, member_id, got, max_records)
+            if log_start <= fetch_offset:
                 break
+        return ShareRead([], [])
+
+    def _acquire(self, sp: SharePartition, member_id: str, got: SourceRead,
+                 max_records: int) -> ShareRead:
+        aborted = _AbortedTransactions(got.aborted)
+        batches = [(BatchInfo(h.base_offset, h.last_offset, aborted.skips(h)), buffers)
+                   for h, buffers in got.batches]
+        acquired = sp.acquire(member_id, (b for b, _ in batches), max_records,
+                              time.monotonic() * 1000)
+        # The batches holding an acquired offset, whole.
+        records = [buffer for batch, buffers in batches
+                   if any(r.first_offset <= batch.last_offset
+                          and batch.base_offset <= r.last_offset for r in acquired)
+                   for buffer in buffers]
         return ShareRead(records, acquired)
 
     # -- acknowledgements ----------------------------------------------------------------
@@ -381,34 +380,24 @@ class SharePartitionManager:
             yield key, loaded.sp
 
 
-def _count(ranges: list[AcquiredRange]) -> int:
-    return sum(r.last_offset - r.first_offset + 1 for r in ranges)
+class _AbortedTransactions:
+    """Consumers' rule for skipping aborted batches (KIP-98), from (producer id, first offset)
+    pairs alone: a producer's batches are aborted from the first offset of one of its aborted
+    transactions up to its next control batch, the abort marker (one transaction at a time
+    per producer, so no commit marker comes between)."""
 
+    __slots__ = ("_pending", "_aborting")
 
-def _batches_of(view: memoryview, aborted: list[Any]
-                ) -> Iterator[tuple[int, int, BatchInfo]]:
-    """(position, size, BatchInfo) of each batch in a read; headers only."""
-    for pos, header in iter_batch_headers(view):
-        skip = header.is_control or (header.is_transactional and any(
-            txn.producer_id == header.producer_id
-            and txn.first_offset <= header.base_offset <= txn.last_offset for txn in aborted))
-        yield pos, header.size_bytes, BatchInfo(header.base_offset, header.last_offset, skip)
+    def __init__(self, aborted: list[tuple[int, int]]) -> None:
+        self._pending = sorted(aborted, key=lambda t: t[1], reverse=True)  # pop() the oldest
+        self._aborting: set[int] = set()
 
-
-def _slices_holding(view: memoryview, batches: list[tuple[int, int, BatchInfo]],
-                    acquired: list[AcquiredRange]) -> list[memoryview]:
-    """The spans of `view` whose batches hold an acquired offset, as zero-copy slices."""
-    spans: list[memoryview] = []
-    start = end = -1
-    for pos, size, batch in batches:
-        holds = any(r.first_offset <= batch.last_offset and batch.base_offset <= r.last_offset
-                    for r in acquired)
-        if holds and pos == end:
-            end = pos + size
-            continue
-        if start >= 0:
-            spans.append(view[start:end])
-        start, end = (pos, pos + size) if holds else (-1, -1)
-    if start >= 0:
-        spans.append(view[start:end])
-    return spans
+    def skips(self, header: Any) -> bool:
+        if not (header.is_transactional or header.is_control):
+            return False
+        while self._pending and self._pending[-1][1] <= header.last_offset:
+            self._aborting.add(self._pending.pop()[0])
+        if header.is_control:  # control batches are never handed out
+            self._aborting.discard(header.producer_id)
+            return True
+        return header.producer_id in self._aborting
