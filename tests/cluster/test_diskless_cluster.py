@@ -17,8 +17,15 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from kafka_ext.client.probe import round_trip
 from kafka_ext.protocol.api_keys import ApiKey
@@ -27,6 +34,7 @@ from kafka_ext.protocol.records import Record, build_batch
 from tests.cluster.conftest import Cluster, Node
 from tests.cluster.test_cluster import wait_until
 from tests.cluster.test_replication import REPLICATION, partition_state
+from tests.cluster.test_share_groups_cluster import POLL_RECORDS, SHARE, Ledger, Worker
 
 TOPIC = "events"
 PARTITIONS = 2
@@ -45,7 +53,7 @@ _ListOffsets = registry().requests[ApiKey.LIST_OFFSETS].cls
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("diskless-cluster")
     made = Cluster(root, combined=3, racks=RACKS, extra={
-        **REPLICATION, "diskless.storage.url": f"file://{root / 'objects'}",
+        **REPLICATION, **SHARE, "diskless.storage.url": f"file://{root / 'objects'}",
         "diskless.metadata.topic.num.partitions": "1",  # one coordinator: all partitions
         "diskless.metadata.topic.replication.factor": "3", "diskless.wal.max.ms": "20",
         # Snapshot (upload, prune) every SNAPSHOT_EVERY coordinator records.
@@ -284,3 +292,57 @@ def test_followers_stay_warm_and_one_back_from_a_pruned_log_restores_the_snapsho
     assert sorted(seen) == sorted((o, v) for v, o in acked.items())
     leader.start()
     leader.wait_ready()
+
+
+SHARE_TOPIC = "diskless-jobs"
+SHARE_RECORDS = 1500
+
+
+def test_a_share_group_on_a_diskless_topic_survives_kill_9_of_its_coordinator(
+        cluster: Cluster) -> None:
+    """Share groups on diskless topics (issue 30): the share-partition lives with the
+    partition's diskless coordinator. kill -9 of that broker mid-queue: the coordinator's new
+    leader takes the share-partition over from the persisted state. Nothing is lost, nothing
+    acknowledged comes back, and only what was in flight at the kill is delivered again."""
+    nodes = cluster.brokers
+    create_diskless_topic(nodes, SHARE_TOPIC, 1)
+    admin = AdminClient({"bootstrap.servers": nodes[0].bootstrap})
+    group = "diskless-workers"
+    for future in admin.incremental_alter_configs([ConfigResource(
+            ResourceType.GROUP, group, incremental_configs=[ConfigEntry(
+                "share.auto.offset.reset", "earliest",
+                incremental_operation=AlterConfigOpType.SET)])]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": nodes[0].bootstrap, "linger.ms": 5,
+                         "batch.num.messages": 20})
+    for i in range(SHARE_RECORDS):
+        producer.produce(SHARE_TOPIC, value=b"%d" % i, partition=0)
+    assert producer.flush(60) == 0
+    owner_id = partition_state(nodes[0], METADATA_TOPIC)[0][0]
+    # Metadata names the coordinator's broker as the partition's leader: share consumers
+    # (no rack) send their ShareFetch there.
+    assert partition_state(nodes[0], SHARE_TOPIC)[0][0] == owner_id
+    others = [n for n in nodes if n.node_id != owner_id]
+    ledger = Ledger()
+    workers = [Worker(n.bootstrap, group, SHARE_TOPIC, ledger) for n in others]
+    for worker in workers:
+        worker.start()
+    try:
+        wait_until(lambda: ledger.count() >= SHARE_RECORDS // 4, 60, "a quarter consumed")
+        cluster.nodes[owner_id].kill()
+        wait_until(lambda: ledger.acked_count() >= SHARE_RECORDS, 120, "everything acked")
+    finally:
+        for worker in workers:
+            worker.stop_event.set()
+        for worker in workers:
+            worker.join(60)
+        cluster.nodes[owner_id].start()
+        cluster.nodes[owner_id].wait_ready()
+    assert [w.error for w in workers] == [None, None]
+    lost = set(range(SHARE_RECORDS)) - set(ledger.deliveries)
+    again = sorted(o for o, n in ledger.deliveries.items() if n > 1)
+    print(f"diskless share group over a coordinator kill: {len(lost)} lost, {len(again)} "
+          f"delivered again, {len(ledger.after_ack)} after an ack")
+    assert lost == set()
+    assert ledger.after_ack == [], "an acknowledged record was delivered again"
+    assert len(again) <= 2 * 2 * (POLL_RECORDS + 20)

@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.cluster.conftest import Cluster, Node
+from tests.cluster.test_chunks import chunks_of, create_chunk
 from tests.cluster.test_cluster import wait_until
 from tests.cluster.test_replication import REPLICATION, partition_state
 
@@ -173,3 +174,59 @@ def test_kill_9_of_the_leader_and_of_the_share_coordinator_loses_no_acknowledgem
     finally:
         late.close()
     assert leftover == [], "records left unacknowledged"
+
+
+def test_a_share_group_reads_an_inactive_chunk_held_by_another_broker(cluster: Cluster) -> None:
+    """Partition chunks (seed 000): the first 300 records stay on broker A as an inactive
+    chunk, the active chunk (and so the share-partition) moves to broker B, which reads the
+    chunk from A for its share consumers. Every record is delivered once, in offset order
+    within each consumer's deliveries."""
+    a, b = sorted(cluster.nodes)[:2]
+    entry = cluster.nodes[a]
+    admin = AdminClient({"bootstrap.servers": entry.bootstrap})
+    topic, group = "chunked-jobs", "chunk-workers"
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[a]])],
+                        operation_timeout=30)[topic].result(30)
+    wait_until(lambda: _leader(entry, topic) == a, 20, f"{topic} led by broker {a}")
+    values = [b"%d" % i for i in range(600)]
+    producer = Producer({"bootstrap.servers": entry.bootstrap, "acks": "all", "linger.ms": 5,
+                         "batch.num.messages": BATCH_RECORDS})
+    for value in values[:300]:
+        producer.produce(topic, value=value, partition=0)
+    assert producer.flush(30) == 0
+    assert create_chunk(entry, topic, 0, [b]) == (0, None)
+    for node in cluster.brokers:
+        wait_until(lambda node=node: chunks_of(node, topic, 0)[0] == 300, 20,
+                   "every broker knows the new chunk")
+    wait_until(lambda: _leader(entry, topic) == b, 20, f"{topic} led by broker {b}")
+    for value in values[300:]:
+        producer.produce(topic, value=value, partition=0)
+    assert producer.flush(30) == 0
+    for future in admin.incremental_alter_configs([ConfigResource(
+            ResourceType.GROUP, group, incremental_configs=[ConfigEntry(
+                "share.auto.offset.reset", "earliest",
+                incremental_operation=AlterConfigOpType.SET)])]).values():
+        future.result(30)
+    ledger = Ledger()
+    consumers = [ShareConsumer({"bootstrap.servers": node.bootstrap, "group.id": group})
+                 for node in (cluster.nodes[a], cluster.nodes[b])]
+    values_seen: dict[int, bytes] = {}
+    try:
+        for consumer in consumers:
+            consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while ledger.count() < len(values) and time.monotonic() < deadline:
+            for consumer in consumers:
+                got = [m for m in consumer.poll(0.3) or [] if m.error() is None]
+                for message in got:
+                    ledger.delivered(message.offset())
+                    values_seen[message.offset()] = message.value()
+                if got:
+                    consumer.commit_sync(30)
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert sorted(values_seen.items()) == list(enumerate(values))
+    assert set(ledger.deliveries.values()) == {1}
+    # The chunk's records came from broker A: broker B holds no copy of it.
+    assert not (cluster.nodes[b].data_dir / f"{topic}-0@0").exists()
