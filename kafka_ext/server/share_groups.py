@@ -6,8 +6,8 @@ GroupCoordinator (share_group_manager.py) decides.
 Keys 76/77 are CreateChunks/AlterChunkAssignments to our own client (DESIGN.md §4): these
 handlers are registered with `register_shadowed` and serve stock connections, decoded with
 Kafka's schemas (`protocol_schemas/shadowed/`). v0 of 76/77 was Kafka 4.0's early access and is
-gone since 4.1, as here. With `group.share.enable=false` every share API answers
-UNSUPPORTED_VERSION, as a Kafka broker without the share.version feature does.
+gone since 4.1, as here. With `group.share.enable=false` or share.version finalized at 0 every
+share API answers UNSUPPORTED_VERSION, as a Kafka broker without the share.version feature does.
 
 Authorization as KafkaApis: READ on the group to heartbeat or alter offsets, DESCRIBE to
 describe it or its offsets, DELETE to delete its offsets; DESCRIBE on every subscribed topic
@@ -32,6 +32,7 @@ from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.records import READ_COMMITTED
 from kafka_ext.security.acl import AclOperation, ResourceType
+from kafka_ext.server.api_versions import share_version
 from kafka_ext.server.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
     authorized_operations,
@@ -64,7 +65,7 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
 
 
 def _enabled(ctx: RequestContext) -> bool:
-    return _coordinator(ctx).config.share.enable
+    return share_version(ctx.broker) >= 1
 
 
 def _client_host(ctx: RequestContext) -> str:

@@ -42,6 +42,9 @@ BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 # The metadata log's first snapshot (offset 0, epoch 0): where KIP-853 keeps the initial voters.
 BOOTSTRAP_SNAPSHOT = "00000000000000000000-0000000000.checkpoint"
 KRAFT_VERSION_FEATURE = "kraft.version"
+# Share groups (KIP-932): level 1 serves them. A cluster that never finalized it serves them
+# too (on by default here, as `group.share.enable`); level 0 turns them off.
+SHARE_VERSION_FEATURE = "share.version"
 
 # Apache Kafka's MetadataVersion feature levels (server-common MetadataVersion), 3.3-IV3 (the
 # oldest a 4.x cluster bootstraps with) to 4.0-IV3. A release name maps to its last IV.
@@ -58,6 +61,7 @@ FEATURE_LEVELS: dict[str, range] = {
     "group.version": range(0, 2),
     "transaction.version": range(0, 3),
     "eligible.leader.replicas.version": range(0, 2),
+    SHARE_VERSION_FEATURE: range(0, 2),
 }
 
 

@@ -238,3 +238,20 @@ def test_a_share_group_heartbeat_is_never_decoded_as_create_chunks_for_a_stock_c
             read_share_group_response(sock, SHARE_GROUP_HEARTBEAT, 1)
     with connect(broker) as sock:  # the broker itself is fine
         assert identify(sock).error_code == 0
+
+
+def test_api_versions_carries_the_features_kafka_clients_read(broker: Any) -> None:
+    """KIP-584: from v3, the supported and finalized features, as Kafka's admin clients read
+    them (Admin.describeFeatures); share.version 1 is in force by default (share groups on)."""
+    with connect(broker) as sock:
+        response = identify(sock, "apache-kafka-java")
+    supported = {f.name: (f.min_version, f.max_version) for f in response.supported_features}
+    assert supported["share.version"] == (0, 1)
+    assert supported["metadata.version"] == (7, 25)
+    assert "transaction.version" not in supported  # KIP-890's protocol is not served
+    finalized = {f.name: (f.min_version_level, f.max_version_level)
+                 for f in response.finalized_features}
+    assert finalized["share.version"] == (1, 1)
+    level = finalized["metadata.version"][0]
+    assert finalized["metadata.version"] == (level, level) and 7 <= level <= 25
+    assert response.finalized_features_epoch >= 0

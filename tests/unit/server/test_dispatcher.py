@@ -48,7 +48,11 @@ class Setup:
     """A dispatcher over a stand-in broker, a connection object, and the calls handlers saw."""
 
     def __init__(self) -> None:
-        self.broker = SimpleNamespace(quotas=QuotaManagers({}))  # no quota configured
+        self.broker = SimpleNamespace(  # no quota configured; a cluster with no features yet
+            quotas=QuotaManagers({}),
+            controller=SimpleNamespace(image=SimpleNamespace(features={}, offset=-1)),
+            group_coordinator=SimpleNamespace(config=SimpleNamespace(
+                share=SimpleNamespace(enable=True))))
         self.dispatcher = RequestDispatcher(self.broker)
         self.broker.dispatcher = self.dispatcher
         self.conn = KafkaConnection(self.dispatcher.handle_frame, 1 << 20, lambda c: None)

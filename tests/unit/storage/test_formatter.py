@@ -107,7 +107,8 @@ def test_release_versions_map_to_kafkas_feature_levels() -> None:
 
 @pytest.mark.parametrize(("entry", "match"), [
     ("metadata.version=20", "Use --release-version"),
-    ("share.version=1", "Unsupported feature: share.version"),
+    ("streams.version=1", "Unsupported feature: streams.version"),
+    ("share.version=2", "Unsupported level 2 for feature share.version"),
     ("kraft.version=2", "Unsupported level 2 for feature kraft.version"),
     ("group.version", "FEATURE=LEVEL"),
 ])

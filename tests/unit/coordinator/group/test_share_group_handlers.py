@@ -153,3 +153,23 @@ async def test_disabled_share_groups_answer_unsupported_version(broker: Broker) 
         _ctx(broker, "admin", ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0),
         DeleteOffsets(group_id="a", topics=[]))
     assert deleted.error_code == ErrorCode.UNSUPPORTED_VERSION
+
+
+def test_share_version_is_the_finalized_level_and_on_when_never_finalized() -> None:
+    """share.version as Kafka 4.2 gates share groups: a level finalized in the metadata log
+    decides; a cluster that never finalized it serves them (on by default here);
+    group.share.enable=false turns them off whatever the level."""
+    from types import SimpleNamespace
+
+    from kafka_ext.server.api_versions import share_version
+
+    def broker(features: dict[str, int], enable: bool = True) -> Any:
+        return SimpleNamespace(
+            controller=SimpleNamespace(image=SimpleNamespace(features=features)),
+            group_coordinator=SimpleNamespace(config=SimpleNamespace(
+                share=SimpleNamespace(enable=enable))))
+
+    assert share_version(broker({})) == 1
+    assert share_version(broker({"share.version": 0})) == 0
+    assert share_version(broker({"share.version": 1})) == 1
+    assert share_version(broker({"share.version": 1}, enable=False)) == 0
