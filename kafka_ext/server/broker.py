@@ -273,6 +273,7 @@ class Broker:
             ApiKey.TXN_OFFSET_COMMIT: groups.handle_txn_offset_commit,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.handle_consumer_group_heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: metadata.handle_describe_topic_partitions,
             **diskless.HANDLERS,  # KIP-1164 coordinator APIs 93-98, 100
             **reassignment.HANDLERS,  # ElectLeaders, Alter/ListPartitionReassignments
             **partition_count.HANDLERS,  # KIP-253, partition reduction

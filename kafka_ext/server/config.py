@@ -430,6 +430,8 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
        "With acks=all, a produce fails unless this many replicas are in sync.", "count", at_least(1)),
     _d("auto.create.topics.enable", _B, True,
        "Create a topic with default settings when a client asks for metadata of a missing one.", ""),
+    _d("max.request.partition.size.limit", _I, 2000,
+       "Partitions one DescribeTopicPartitions answer lists at most.", "count", at_least(1)),
     _d("delete.topic.enable", _B, True, "Allow DeleteTopics; when false deletion is refused.", ""),
     _d("unclean.leader.election.enable", _B, False,
        "Allow an out-of-sync replica to become leader, accepting data loss over unavailability.", ""),

@@ -14,6 +14,7 @@ so its leader is a broker of its rack.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from kafka_ext.controller.image import ChunkImage, MetadataImage, TopicImage
@@ -202,3 +203,78 @@ def _leader_error(partition: Any) -> int:
     """LEADER_NOT_AVAILABLE for a partition without a leader (its broker is fenced or shutting
     down), as Kafka answers; clients retry."""
     return int(ErrorCode.LEADER_NOT_AVAILABLE) if partition.leader < 0 else 0
+
+
+# -- DescribeTopicPartitions (75) -------------------------------------------------------------
+
+_DescribeResponse = registry()["DescribeTopicPartitionsResponse"].cls
+_DescribeTopic = _DescribeResponse.DescribeTopicPartitionsResponseTopic
+_DescribePartition = _DescribeResponse.DescribeTopicPartitionsResponsePartition
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) -> Any:
+    """DescribeTopicPartitions v0 (KIP-966), which Kafka 4.x admin clients describe topics with:
+    the partitions of the topics asked for (every topic the principal may describe when none),
+    sorted by name, at most ResponsePartitionLimit of them (capped by
+    `max.request.partition.size.limit`), from the Cursor on; NextCursor says where the next
+    page starts. Each partition is what Metadata says of it (a diskless one's gateways as its
+    leader and replicas), with its eligible leader replicas (none yet: ELR is not kept)."""
+    broker = ctx.broker
+    image = broker.controller.image
+    cursor = request.cursor
+    after = cursor.topic_name if cursor is not None else ""
+    every_topic = not request.topics
+    names = sorted({name for name in (image.topics_by_name if every_topic
+                                      else (t.name for t in request.topics)) if name >= after})
+    if cursor is not None and (cursor.partition_index < 0
+                               or not every_topic and cursor.topic_name not in names):
+        # Kafka's error answer: INVALID_REQUEST on every topic asked for.
+        return _DescribeResponse(throttle_time_ms=0, next_cursor=None, topics=[
+            _DescribeTopic(error_code=int(ErrorCode.INVALID_REQUEST), name=t.name,
+                           topic_id=_ZERO_UUID, is_internal=False, partitions=[])
+            for t in request.topics])
+    refused: list[Any] = []
+    if broker.authorizer is not None:
+        allowed = authorized_topics(ctx, AclOperation.DESCRIBE, names)
+        if not every_topic:  # named topics are refused; the others silently left out
+            refused = [_DescribeTopic(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                                      name=name, topic_id=_ZERO_UUID, is_internal=False,
+                                      partitions=[]) for name in names if name not in allowed]
+        names = [name for name in names if name in allowed]
+    limit = broker.config.get("max.request.partition.size.limit")
+    assert isinstance(limit, int)
+    remaining = max(min(limit, request.response_partition_limit), 1)
+    gateways = _Gateways(image, broker.live_nodes(ctx.listener_name), ctx.client_rack)
+    response = _DescribeResponse(throttle_time_ms=0, topics=[], next_cursor=None)
+    for name in names:
+        if remaining == 0:  # the previous topics are complete: the next page starts here
+            response.next_cursor = _DescribeResponse.Cursor(topic_name=name, partition_index=0)
+            break
+        topic = image.topics_by_name.get(name)
+        if topic is None:
+            if not every_topic:
+                response.topics.append(_DescribeTopic(
+                    error_code=int(_unknown_topic_error(name)), name=name, topic_id=_ZERO_UUID,
+                    is_internal=name in INTERNAL_TOPICS, partitions=[]))
+            continue
+        start = cursor.partition_index if cursor is not None and name == after else 0
+        described = _topic(topic, gateways).partitions[start:start + remaining]
+        response.topics.append(_DescribeTopic(
+            error_code=0, name=name, topic_id=topic.topic_id, is_internal=name in INTERNAL_TOPICS,
+            partitions=[_described_partition(p) for p in described],
+            topic_authorized_operations=authorized_operations(ctx, ResourceType.TOPIC, name)))
+        remaining -= len(described)
+        if start + len(described) < len(topic.partitions):
+            response.next_cursor = _DescribeResponse.Cursor(
+                topic_name=name, partition_index=start + len(described))
+            break
+    response.topics += refused
+    return response
+
+
+def _described_partition(p: Any) -> Any:
+    return _DescribePartition(
+        error_code=p.error_code, partition_index=p.partition_index, leader_id=p.leader_id,
+        leader_epoch=p.leader_epoch, replica_nodes=p.replica_nodes, isr_nodes=p.isr_nodes,
+        eligible_leader_replicas=[], last_known_elr=[], offline_replicas=p.offline_replicas)
