@@ -133,6 +133,8 @@ def create_chunk_records(topic: TopicImage, part: PartitionImage, creation: Chun
         replicas=list(brokers), isr=list(brokers), leader=brokers[0],
         directories=[UNASSIGNED_DIR] * len(brokers), start_offset=start_offset,
         start_timestamp=creation.start_timestamp)
+    if part.elr or part.last_known_elr:  # the new chunk's replicas are all in sync
+        opened.eligible_leader_replicas, opened.last_known_elr = [], []
     return [closed, opened]
 
 

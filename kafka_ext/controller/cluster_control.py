@@ -21,18 +21,26 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kafka_ext.controller.image import BrokerRegistration, MetadataImage, PartitionImage
-from kafka_ext.controller.partition_change import NO_LEADER, partition_change
+from kafka_ext.controller.partition_change import NO_LEADER, ElrRule, partition_change
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 
 log = logging.getLogger(__name__)
 
-UncleanPolicy = Callable[[str], bool]  # topic name -> unclean.leader.election.enable
+class ElectionPolicy(Protocol):
+    """What elections of a topic's partitions follow (the active controller resolves it)."""
+
+    def unclean_allowed(self, topic: str) -> bool:
+        """unclean.leader.election.enable of the topic."""
+
+    def elr_rule(self, topic: str, unclean_shutdown: frozenset[int] = frozenset()
+                 ) -> ElrRule | None:
+        """KIP-966's rule for the topic, None when eligible leader replicas are off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +147,11 @@ class BrokerHeartbeats:
 def registration_records(image: MetadataImage, broker_id: int, incarnation_id: uuid.UUID,
                          broker_epoch: int, listeners: list[BrokerListener], rack: str | None,
                          log_dirs: list[uuid.UUID], heartbeat_alive: bool,
-                         unclean: UncleanPolicy) -> list[Any]:
+                         policy: ElectionPolicy, previous_broker_epoch: int = -1) -> list[Any]:
     """A (re)registration, fenced until the broker has caught up; DUPLICATE_BROKER_REGISTRATION
-    while another incarnation of the id is alive (Kafka's rule)."""
+    while another incarnation of the id is alive (Kafka's rule). A broker known before that
+    does not present the epoch of its registration (written at its clean shutdown) shut down
+    uncleanly: it may have lost what it had not flushed, and leaves every ELR (KIP-966)."""
     known = image.brokers.get(broker_id)
     if (known is not None and known.incarnation_id != incarnation_id and not known.fenced
             and heartbeat_alive):
@@ -157,7 +167,13 @@ def registration_records(image: MetadataImage, broker_id: int, incarnation_id: u
                              for lst in listeners],
                  features=[], rack=rack, fenced=True, in_controlled_shutdown=False,
                  log_dirs=list(log_dirs))
-    return [record, *_without(image, broker_id, unclean)]
+    unclean = known is not None and previous_broker_epoch != known.broker_epoch
+    if unclean and image.elr_enabled:
+        log.info("broker %d registers after an unclean shutdown (epoch %d, not %d): it leaves "
+                 "the eligible leader replicas", broker_id, previous_broker_epoch,
+                 known.broker_epoch if known is not None else -1)
+    return [record, *_without(image, broker_id, policy,
+                              frozenset({broker_id}) if unclean else frozenset())]
 
 
 def check_broker_epoch(image: MetadataImage, broker_id: int, broker_epoch: int
@@ -178,7 +194,7 @@ def alive_brokers(image: MetadataImage, *, without: int = NO_LEADER) -> set[int]
             if not b.in_controlled_shutdown and b.broker_id != without}
 
 
-def unfence_records(image: MetadataImage, broker_id: int, unclean: UncleanPolicy) -> list[Any]:
+def unfence_records(image: MetadataImage, broker_id: int, policy: ElectionPolicy) -> list[Any]:
     """The broker may lead again: unfenced, and leader of the leaderless partitions whose ISR
     it is in (of any it hosts, where unclean election is allowed)."""
     known = image.brokers[broker_id]
@@ -186,20 +202,20 @@ def unfence_records(image: MetadataImage, broker_id: int, unclean: UncleanPolicy
     alive = alive_brokers(image) | {broker_id}
     for topic_id, part in _partitions_of(image, broker_id):
         if part.leader == NO_LEADER:
-            records += _changes(image, topic_id, part, alive, unclean)
+            records += _changes(image, topic_id, part, alive, policy)
     return records
 
 
-def fence_records(image: MetadataImage, broker_id: int, unclean: UncleanPolicy) -> list[Any]:
+def fence_records(image: MetadataImage, broker_id: int, policy: ElectionPolicy) -> list[Any]:
     """Fence a broker (session expired, re-registered or shut down): it leaves every ISR it can
     leave and leads nothing any more."""
     known = image.brokers[broker_id]
     return [_new("FenceBrokerRecord", id=broker_id, epoch=known.broker_epoch),
-            *_without(image, broker_id, unclean)]
+            *_without(image, broker_id, policy)]
 
 
 def controlled_shutdown_records(image: MetadataImage, broker_id: int,
-                                unclean: UncleanPolicy) -> list[Any]:
+                                policy: ElectionPolicy) -> list[Any]:
     """Controlled shutdown: marked as shutting down; its leaderships move to another alive
     in-sync replica and it leaves the ISRs (a partition it is the last in-sync replica of keeps
     it in the ISR with no leader, as Kafka's controller leaves it)."""
@@ -211,7 +227,7 @@ def controlled_shutdown_records(image: MetadataImage, broker_id: int,
                             in_controlled_shutdown=1, log_dirs=[]))
     alive = alive_brokers(image, without=broker_id)
     for topic_id, part in _partitions_of(image, broker_id):
-        records += _changes(image, topic_id, part, alive, unclean)
+        records += _changes(image, topic_id, part, alive, policy)
     return records
 
 
@@ -219,15 +235,16 @@ def leads_anything(image: MetadataImage, broker_id: int) -> bool:
     return any(part.leader == broker_id for _, part in _partitions_of(image, broker_id))
 
 
-def _without(image: MetadataImage, broker_id: int, unclean: UncleanPolicy) -> list[Any]:
+def _without(image: MetadataImage, broker_id: int, policy: ElectionPolicy,
+             unclean_shutdown: frozenset[int] = frozenset()) -> list[Any]:
     alive = alive_brokers(image, without=broker_id)
     records: list[Any] = []
     for topic_id, part in _partitions_of(image, broker_id):
-        records += _changes(image, topic_id, part, alive, unclean)
+        records += _changes(image, topic_id, part, alive, policy, unclean_shutdown)
     return records
 
 
-def offline_dir_records(image: MetadataImage, broker_id: int, unclean: UncleanPolicy
+def offline_dir_records(image: MetadataImage, broker_id: int, policy: ElectionPolicy
                         ) -> list[Any]:
     """After a broker reported log dirs offline (KIP-858): its replicas assigned to them leave
     the ISRs, and where one led, an in-sync replica elsewhere takes over."""
@@ -235,7 +252,7 @@ def offline_dir_records(image: MetadataImage, broker_id: int, unclean: UncleanPo
     records: list[Any] = []
     for topic_id, part in _partitions_of(image, broker_id):
         if broker_id in image.replicas_on_offline_dirs(part):
-            records += _changes(image, topic_id, part, alive, unclean)
+            records += _changes(image, topic_id, part, alive, policy)
     return records
 
 
@@ -247,10 +264,12 @@ def eligible_brokers(image: MetadataImage, part: PartitionImage, alive: set[int]
 
 
 def _changes(image: MetadataImage, topic_id: uuid.UUID, part: PartitionImage, alive: set[int],
-             unclean: UncleanPolicy) -> list[Any]:
+             policy: ElectionPolicy, unclean_shutdown: frozenset[int] = frozenset()
+             ) -> list[Any]:
     topic = image.topics_by_id[topic_id]
     change = partition_change(topic_id, part, eligible_brokers(image, part, alive),
-                              unclean(topic.name))
+                              policy.unclean_allowed(topic.name),
+                              elr=policy.elr_rule(topic.name, unclean_shutdown))
     if change is None:
         return []
     record, chosen = change

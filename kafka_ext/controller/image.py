@@ -23,6 +23,8 @@ MODE_NONE = -1  # being deleted: neither read nor written
 MODE_UNCHANGED = -2  # PartitionChangeRecord's Mode when it does not change
 # KIP-858's directory id of a replica no broker has placed in a log dir yet.
 UNASSIGNED_DIR = uuid.UUID(int=0)
+# KIP-966: at level 1 the controller keeps each partition's eligible leader replicas.
+ELR_VERSION_FEATURE = "eligible.leader.replicas.version"
 # ConfigResource types on the wire (DescribeConfigs and ConfigRecord).
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -87,6 +89,12 @@ class PartitionImage:
     start_offset: int = -1
     start_timestamp: int = -1
     chunks: tuple[ChunkImage, ...] = ()
+    # KIP-966: replicas out of the ISR that hold every committed record (the ISR went below
+    # min.insync.replicas when they left it, so the high watermark stopped), and those that
+    # were last known to, for an operator's recovery. Empty unless
+    # eligible.leader.replicas.version is 1.
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
     @property
     def writable(self) -> bool:
@@ -200,6 +208,10 @@ class MetadataImage:
     scram_credentials: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
     # ACLs (AccessControlEntryRecord) by their id; see security/acl.py.
     acls: dict[uuid.UUID, AclEntry] = field(default_factory=dict)
+
+    @property
+    def elr_enabled(self) -> bool:
+        return self.features.get(ELR_VERSION_FEATURE, 0) >= 1
 
     def live_brokers(self) -> list[BrokerRegistration]:
         """Registered, unfenced brokers: the ones that may lead partitions, by id."""
@@ -351,7 +363,9 @@ def _apply_partition(delta: MetadataDelta, record: Any) -> None:
         tuple(record.adding_replicas or ()), tuple(record.removing_replicas or ()),
         tuple(record.directories or ()),
         tuple((e.partition, e.leader_epoch) for e in record.prior_leader_epochs or ()),
-        record.mode, record.start_offset, record.start_timestamp)
+        record.mode, record.start_offset, record.start_timestamp,
+        elr=tuple(record.eligible_leader_replicas or ()),
+        last_known_elr=tuple(record.last_known_elr or ()))
 
 
 def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:
@@ -368,6 +382,10 @@ def _apply_partition_change(delta: MetadataDelta, record: Any) -> None:
         changes["removing_replicas"] = tuple(record.removing_replicas)
     if record.directories is not None:
         changes["directories"] = tuple(record.directories)
+    if record.eligible_leader_replicas is not None:
+        changes["elr"] = tuple(record.eligible_leader_replicas)
+    if record.last_known_elr is not None:
+        changes["last_known_elr"] = tuple(record.last_known_elr)
     if record.mode != MODE_UNCHANGED:
         changes["mode"] = record.mode
     if record.leader != -2:  # -2: leader unchanged

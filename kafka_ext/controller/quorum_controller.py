@@ -60,6 +60,7 @@ from kafka_ext.controller.metadata_log import METADATA_TOPIC, replay
 from kafka_ext.controller.partition_change import (
     LEADER_UNCHANGED,
     PREFERRED,
+    ElrRule,
     elect_leader,
     isr_change,
     reassign,
@@ -116,6 +117,7 @@ RESERVED_TOPICS = frozenset({METADATA_TOPIC})
 DISKLESS_METADATA_TOPIC = "__diskless_metadata"
 DISKLESS_ENABLE_CONFIG = "diskless.enable"
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
+MIN_INSYNC_CONFIG = "min.insync.replicas"
 # The coordinators' own topics keep local logs.
 _NEVER_DISKLESS = frozenset({METADATA_TOPIC, DISKLESS_METADATA_TOPIC, "__consumer_offsets",
                              "__transaction_state"})
@@ -244,7 +246,7 @@ class QuorumController:
                  snapshot_interval_ms: int = 3600000,
                  broker_session_timeout_ms: int = 9000,
                  broker_connection_loss_timeout_ms: int = -1, is_broker: bool = True,
-                 unclean_leader_election: bool = False) -> None:
+                 unclean_leader_election: bool = False, min_insync_replicas: int = 1) -> None:
         """`raft` is the node's metadata quorum member; without one, this node is a quorum of
         itself (the embedded single node, and unit tests)."""
         self.node_id = node_id
@@ -271,6 +273,7 @@ class QuorumController:
         self._session_deadline_moved = asyncio.Event()
         self.is_broker = is_broker  # process.roles has broker: may place on itself
         self.unclean_leader_election = unclean_leader_election  # the static broker default
+        self.min_insync_replicas = min_insync_replicas  # the static broker default
         self._heartbeats_epoch = -1  # the quorum epoch the heartbeat clocks belong to
         # DescribeQuorum's source: this node alone until the Raft core feeds it (the broker
         # gives it the voter's directory id and endpoints).
@@ -940,18 +943,20 @@ class QuorumController:
 
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID,
                               listeners: list[BrokerListener], rack: str | None,
-                              log_dirs: list[uuid.UUID], connection: Hashable | None = None
-                              ) -> int:
+                              log_dirs: list[uuid.UUID], connection: Hashable | None = None,
+                              previous_broker_epoch: int = -1) -> int:
         """Register (or re-register) a broker, fenced; returns its broker epoch (the offset of
         its registration record, as Kafka's). `connection`: the one the request came on, which
         the controller watches from now (cluster_control.IN_PROCESS: this node's own broker,
-        whose calls no socket carries; None: not known)."""
+        whose calls no socket carries; None: not known). `previous_broker_epoch`: the epoch
+        its clean shutdown recorded, -1 after an unclean one (KIP-966)."""
         async with self._lock:
             heartbeats = self._heartbeat_clock()
             alive = heartbeats.alive(self.image, broker_id, self.clock_ms())
             broker_epoch = self.raft.log.log_end_offset
             records = registration_records(self.image, broker_id, incarnation_id, broker_epoch,
-                                           listeners, rack, log_dirs, alive, self.unclean_allowed)
+                                           listeners, rack, log_dirs, alive, self,
+                                           previous_broker_epoch)
             await self._commit(records)
             heartbeats.touch(broker_id, self.clock_ms())
             self._heard_on(broker_id, broker_epoch, connection)
@@ -976,19 +981,19 @@ class QuorumController:
             caught_up = metadata_offset >= known.broker_epoch
             if want_shutdown:
                 if not known.fenced:
-                    records = controlled_shutdown_records(self.image, broker_id, self.unclean_allowed)
+                    records = controlled_shutdown_records(self.image, broker_id, self)
                     if records:
                         await self._commit(records)
                     if not leads_anything(self.image, broker_id):
-                        await self._commit(fence_records(self.image, broker_id, self.unclean_allowed))
+                        await self._commit(fence_records(self.image, broker_id, self))
                         log.info("broker %d finished its controlled shutdown", broker_id)
                 known = self.image.brokers[broker_id]
                 return HeartbeatAnswer(caught_up, known.fenced, known.fenced)
             if known.fenced and caught_up and not want_fence:
-                await self._commit(unfence_records(self.image, broker_id, self.unclean_allowed))
+                await self._commit(unfence_records(self.image, broker_id, self))
                 log.info("broker %d unfenced", broker_id)
             elif not known.fenced and want_fence:
-                await self._commit(fence_records(self.image, broker_id, self.unclean_allowed))
+                await self._commit(fence_records(self.image, broker_id, self))
             return HeartbeatAnswer(caught_up, self.image.brokers[broker_id].fenced, False)
 
     def seconds_until_a_session_expires(self) -> float:
@@ -1036,7 +1041,7 @@ class QuorumController:
                                 self.heartbeats.session_timeout_ms)
                 try:
                     await self._commit(fence_records(self.image, broker_id,
-                                                     self.unclean_allowed))
+                                                     self))
                 except KafkaError as exc:  # leadership moved: the next controller fences
                     if exc.code != ErrorCode.NOT_CONTROLLER:
                         raise
@@ -1044,16 +1049,31 @@ class QuorumController:
                     return
 
     def unclean_allowed(self, topic: str) -> bool:
-        """unclean.leader.election.enable of a topic: its own, else this controller's dynamic
-        one, else the cluster's dynamic default, else this controller's static one (Kafka's
-        KafkaConfigSchema.resolveEffectiveTopicConfigs)."""
+        """unclean.leader.election.enable of a topic (`_topic_config`)."""
+        value = self._topic_config(topic, UNCLEAN_CONFIG)
+        return self.unclean_leader_election if value is None else value == "true"
+
+    def elr_rule(self, topic: str, unclean_shutdown: frozenset[int] = frozenset()
+                 ) -> ElrRule | None:
+        """KIP-966's rule for a topic's partitions: its min.insync.replicas; None while
+        eligible.leader.replicas.version is not 1 (cluster_control.ElectionPolicy)."""
+        if not self.image.elr_enabled:
+            return None
+        value = self._topic_config(topic, MIN_INSYNC_CONFIG)
+        min_isr = self.min_insync_replicas if value is None else int(value)
+        return ElrRule(min_isr, unclean_shutdown)
+
+    def _topic_config(self, topic: str, name: str) -> str | None:
+        """A topic config as the controller resolves it: the topic's own, else this
+        controller's dynamic one, else the cluster's dynamic default (Kafka's
+        KafkaConfigSchema.resolveEffectiveTopicConfigs); None: the static default applies."""
         configs = self.image.configs
         for resource in ((TOPIC_RESOURCE, topic), (BROKER_RESOURCE, str(self.node_id)),
                          (BROKER_RESOURCE, "")):
-            value = configs.get(resource, {}).get(UNCLEAN_CONFIG)
+            value = configs.get(resource, {}).get(name)
             if value is not None:
-                return value == "true"
-        return self.unclean_leader_election
+                return value
+        return None
 
     # -- ISR changes (AlterPartition 56, KIP-497) ----------------------------------------------
 
@@ -1075,7 +1095,8 @@ class QuorumController:
                     continue
                 record = isr_change(topic.topic_id, part, tuple(change.new_isr),
                                     eligible_brokers(self.image, part, alive),
-                                    self.unclean_allowed(topic.name))
+                                    self.unclean_allowed(topic.name),
+                                    self.elr_rule(topic.name))
                 if record is not None:
                     if record.replicas is not None:
                         log.info("reassignment of %s-%d completes: replicas %s", topic.name,
@@ -1149,7 +1170,8 @@ class QuorumController:
                                          f"no broker {unknown[0]} is registered")
                     change = reassign(topic.topic_id, part, target,
                                       eligible_brokers(self.image, part, alive),
-                                      self.unclean_allowed(topic_name))
+                                      self.unclean_allowed(topic_name),
+                                      self.elr_rule(topic_name))
                 except KafkaError as exc:
                     outcome.append((exc.code, exc.message or None))
                     continue
@@ -1213,7 +1235,8 @@ class QuorumController:
                         if part.is_diskless:
                             raise KafkaError(ErrorCode.ELECTION_NOT_NEEDED, "")
                         records.append(elect_leader(topic.topic_id, part, election_type,
-                                                    eligible_brokers(self.image, part, alive)))
+                                                    eligible_brokers(self.image, part, alive),
+                                                    self.elr_rule(name)))
                         if election_type != PREFERRED:
                             log.warning("unclean election asked for %s-%d: acknowledged "
                                         "writes its new leader missed are lost", name, partition)
@@ -1294,7 +1317,7 @@ class QuorumController:
             "BrokerRegistrationChangeRecord", broker_id=broker_id,
             broker_epoch=known.broker_epoch if known is not None else 0, log_dirs=remaining)])
         # Its replicas in those dirs hold nothing usable now: leaderships and ISR places move.
-        records = offline_dir_records(self.image, broker_id, self.unclean_allowed)
+        records = offline_dir_records(self.image, broker_id, self)
         if records:
             log.warning("broker %d: %d partition(s) on offline log dirs lose it as leader or "
                         "in-sync replica", broker_id, len(records))
@@ -1336,7 +1359,7 @@ class QuorumController:
                            partition].directories]
             if records:
                 await self._commit(records)
-                moved = offline_dir_records(self.image, broker_id, self.unclean_allowed)
+                moved = offline_dir_records(self.image, broker_id, self)
                 if moved:
                     await self._commit(moved)
             return errors

@@ -135,7 +135,9 @@ def _topic_records(image: MetadataImage) -> Iterator[Any]:
                        prior_leader_epochs=[_PRIOR_EPOCH(partition=q, leader_epoch=e)
                                             for q, e in p.prior_leader_epochs],
                        mode=p.mode, start_offset=p.start_offset,
-                       start_timestamp=p.start_timestamp)
+                       start_timestamp=p.start_timestamp,
+                       eligible_leader_replicas=list(p.elr) if p.elr else None,
+                       last_known_elr=list(p.last_known_elr) if p.last_known_elr else None)
             for c in p.chunks:
                 yield _new("ChunkRecord", partition_id=partition_id, topic_id=topic.topic_id,
                            start_offset=c.start_offset, start_timestamp=c.start_timestamp,

@@ -602,6 +602,9 @@ class ReplicaManager:
             self._maybe_advance_high_watermark(hosted)
 
     def _maybe_advance_high_watermark(self, hosted: Partition) -> None:
+        if (self._image.elr_enabled
+                and len(hosted.isr) < hosted.log.config.min_insync_replicas):
+            return  # KIP-966: below min.insync.replicas it stays, so the ELR holds all of it
         if hosted.is_leader and hosted.maybe_advance_high_watermark():
             self._notify_data((hosted.topic, hosted.partition))  # consumers read up to it
 

@@ -2,7 +2,7 @@
 
 v0-v4. From v3 the answer also carries the features this broker supports and those finalized in
 the metadata log (KIP-584), as Kafka's does: the ones whose levels it honours (metadata.version,
-kraft.version, group.version, share.version), so no client turns on a protocol it gates (a
+kraft.version, group.version, share.version, eligible.leader.replicas.version), so no client turns on a protocol it gates (a
 finalized transaction.version 2 would make a Java producer use KIP-890's) that is not served. Only APIs with a registered handler are advertised, and only those of the peer's
 audience: v3+'s ClientSoftwareName names our own client or another node (api_keys.Audience);
 the answer is remembered on the connection, which the dispatcher serves accordingly. The answer
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from kafka_ext.controller.image import ELR_VERSION_FEATURE
 from kafka_ext.protocol.api_keys import ApiKey, Audience, advertised_ranges, peer_audience
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.messages import registry
@@ -35,6 +36,7 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     KRAFT_VERSION_FEATURE: (0, 0),
     "group.version": (0, 1),
     SHARE_VERSION_FEATURE: (0, 1),
+    ELR_VERSION_FEATURE: (0, 1),
 }
 
 

@@ -538,7 +538,8 @@ class Broker:
             broker_connection_loss_timeout_ms=int(str(
                 config.values["broker.heartbeat.connection.loss.timeout.ms"])),
             is_broker=config.is_broker,
-            unclean_leader_election=config.unclean_leader_election_enable)
+            unclean_leader_election=config.unclean_leader_election_enable,
+            min_insync_replicas=config.min_insync_replicas)
         if self.controller.raft.voters != [ReplicaKey(self.node_id)]:
             self.controller.forwarder = self.forwarding  # several nodes: changes may forward
         self.controller.quorum = RaftQuorumStatus(
@@ -635,7 +636,9 @@ class Broker:
         await self.heartbeat_channels.close()
         await self.broker_channels.close()
         await self.replica_mover.close()
-        await self.run_blocking(self.log_manager.close)
+        # The marker keeps the epoch: the next registration shows the shutdown was clean.
+        epoch = self.lifecycle.broker_epoch
+        await self.run_blocking(lambda: self.log_manager.close(epoch))
         self._executor.shutdown(wait=True)
         self._stopped.set()
         log.info("kafka-ext broker %d stopped", self.node_id)

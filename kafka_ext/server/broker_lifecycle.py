@@ -55,6 +55,9 @@ class BrokerLifecycleManager:
         self.broker = broker
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
+        # What a registration presents as the epoch before it (KIP-966): the last clean
+        # shutdown's at start, then this process's own (a re-registration lost nothing).
+        self.previous_broker_epoch = -1
         self.fenced = True
         self._unfenced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -66,6 +69,7 @@ class BrokerLifecycleManager:
 
     async def start(self) -> None:
         """Register, then heartbeat until unfenced (this broker then serves)."""
+        self.previous_broker_epoch = self.broker.log_manager.clean_shutdown_broker_epoch
         self.broker_epoch = await self._with_retries(self._register)
         log.info("registered with the controller (broker epoch %d)", self.broker_epoch)
         self._task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
@@ -174,10 +178,11 @@ class BrokerLifecycleManager:
                                  for lst in self.listeners()],
                       features=[], rack=broker.config.broker_rack,
                       log_dirs=broker.log_dir_failures.online_directory_ids(),
-                      previous_broker_epoch=self.broker_epoch)
+                      previous_broker_epoch=self.previous_broker_epoch)
         response = await self._to_controller(ApiKey.BROKER_REGISTRATION, 4, request)
         if response.error_code:
             raise KafkaError(ErrorCode(response.error_code), "registration refused")
+        self.previous_broker_epoch = int(response.broker_epoch)
         return int(response.broker_epoch)
 
     async def _heartbeat(self) -> HeartbeatAnswer:
@@ -241,7 +246,7 @@ async def answer_broker_registration(broker: Broker, request: Any,
             request.broker_id, request.incarnation_id,
             [BrokerListener(lst.name, lst.host, lst.port, lst.security_protocol)
              for lst in request.listeners], request.rack, list(request.log_dirs or ()),
-            connection)
+            connection, request.previous_broker_epoch)
     except KafkaError as exc:
         return Response(throttle_time_ms=0, error_code=exc.code, broker_epoch=-1)
     return Response(throttle_time_ms=0, error_code=0, broker_epoch=epoch)

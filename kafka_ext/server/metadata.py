@@ -219,7 +219,8 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
     sorted by name, at most ResponsePartitionLimit of them (capped by
     `max.request.partition.size.limit`), from the Cursor on; NextCursor says where the next
     page starts. Each partition is what Metadata says of it (a diskless one's gateways as its
-    leader and replicas), with its eligible leader replicas (none yet: ELR is not kept)."""
+    leader and replicas), with its eligible leader replicas (KIP-966; empty unless
+    eligible.leader.replicas.version is 1)."""
     broker = ctx.broker
     image = broker.controller.image
     cursor = request.cursor
@@ -262,7 +263,8 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
         described = _topic(topic, gateways).partitions[start:start + remaining]
         response.topics.append(_DescribeTopic(
             error_code=0, name=name, topic_id=topic.topic_id, is_internal=name in INTERNAL_TOPICS,
-            partitions=[_described_partition(p) for p in described],
+            partitions=[_described_partition(p, topic.partitions[p.partition_index])
+                        for p in described],
             topic_authorized_operations=authorized_operations(ctx, ResourceType.TOPIC, name)))
         remaining -= len(described)
         if start + len(described) < len(topic.partitions):
@@ -273,8 +275,10 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
     return response
 
 
-def _described_partition(p: Any) -> Any:
+def _described_partition(p: Any, image: Any) -> Any:
+    """Metadata's answer for a partition, with its ELR from the image."""
     return _DescribePartition(
         error_code=p.error_code, partition_index=p.partition_index, leader_id=p.leader_id,
         leader_epoch=p.leader_epoch, replica_nodes=p.replica_nodes, isr_nodes=p.isr_nodes,
-        eligible_leader_replicas=[], last_known_elr=[], offline_replicas=p.offline_replicas)
+        eligible_leader_replicas=list(image.elr), last_known_elr=list(image.last_known_elr),
+        offline_replicas=p.offline_replicas)

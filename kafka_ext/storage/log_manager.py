@@ -65,6 +65,8 @@ class LogManager:
 
     __slots__ = (
         "log_dirs",
+        "clean_shutdown_broker_epoch",
+        "_marker_epochs",
         "node_id",
         "cluster_id",
         "default_config",
@@ -130,6 +132,11 @@ class LogManager:
         # Space of the online dirs as last measured (`measure_disk_usage`, off the loop), so
         # placement on the loop never calls statvfs itself.
         self.disk_usage: dict[Path, DiskUsage] = {}
+        # The broker epoch the last clean shutdown wrote in every log dir's marker; -1 when a
+        # dir had none (a crash, kill -9) or they disagree. The controller takes a broker
+        # registering without its last epoch out of every ELR (KIP-966).
+        self.clean_shutdown_broker_epoch = -1
+        self._marker_epochs: list[int] = []
 
     # -- start-up
 
@@ -152,6 +159,9 @@ class LogManager:
         if not self.online_dirs():
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
                              f"every log dir is offline: {self.offline_dirs}")
+        epochs = set(self._marker_epochs)
+        if len(self._marker_epochs) == len(self.online_dirs()) and len(epochs) == 1:
+            self.clean_shutdown_broker_epoch = epochs.pop()
         self.measure_disk_usage()
 
     def _fail_at_load(self, log_dir: Path, exc: OSError) -> None:
@@ -171,6 +181,8 @@ class LogManager:
     def _load_dir(self, log_dir: Path) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         needs_recovery = not marker.exists()
+        if not needs_recovery:
+            self._marker_epochs.append(_marker_epoch(marker))
         recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
         log_start_offsets = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
         high_watermarks = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).read()
@@ -481,3 +493,12 @@ class LogManager:
         self._logs.clear()
         self._log_dir_of.clear()
         self._chunk_logs.clear()
+
+
+def _marker_epoch(marker: Path) -> int:
+    """The broker epoch a clean-shutdown marker holds; -1 if it is empty or unreadable (an
+    older marker, or a torn write)."""
+    try:
+        return int(json.loads(marker.read_text() or "{}").get("brokerEpoch", -1))
+    except (ValueError, AttributeError):
+        return -1
