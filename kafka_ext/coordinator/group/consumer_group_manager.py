@@ -151,6 +151,14 @@ def _validate(req: HeartbeatRequest, assignors: tuple[str, ...]) -> None:
                              f"SubscribedTopicRegex {req.subscribed_topic_regex!r}: {exc}") from exc
 
 
+def refuse_share_group(shard: GroupCoordinatorShard, group_id: str) -> None:
+    """A share group's id is no consumer or classic group's: it has no committed offsets
+    (Kafka's ShareGroup.validateOffset*) and takes no other members (no conversion between
+    share groups and the other types, KIP-932). Call it inside the write's op."""
+    if shard.share_group(group_id) is not None:
+        raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+
+
 def _regex_matches(patterns: Iterable[str], topics: Iterable[str]) -> dict[str, set[str]]:
     """The topics each distinct pattern selects; like Kafka, never an internal topic. Done once
     per pattern, not per member: the members of a large group usually share one pattern."""
@@ -312,6 +320,9 @@ class ConsumerGroupManager:
     def _heartbeat_op(self, req: HeartbeatRequest, outcome: dict[str, Any]
                       ) -> Callable[[GroupCoordinatorShard], CoordinatorResult[HeartbeatResult]]:
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[HeartbeatResult]:
+            # Checked here, under the shard's write order: a share group's heartbeat queued
+            # ahead of this one may have created the group since the request came in.
+            refuse_share_group(shard, req.group_id)
             group = shard.consumer_group(req.group_id)
             records: Records = []
             if group is None:

@@ -36,6 +36,7 @@ from kafka_ext.coordinator.group.consumer_group_manager import (
     HeartbeatRequest,
     HeartbeatResult,
     group_tombstones,
+    refuse_share_group,
 )
 from kafka_ext.coordinator.group.records import (
     GroupMetadataValue,
@@ -797,7 +798,7 @@ class GroupCoordinator:
         expire_ms = now_ms + retention_time_ms if retention_time_ms != -1 else -1
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[list[ErrorCode]]:
-            _refuse_share_group(shard, group_id)
+            refuse_share_group(shard, group_id)
             group = shard.group(group_id)
             consumer_group = shard.consumer_group(group_id)
             if consumer_group is not None:
@@ -829,7 +830,7 @@ class GroupCoordinator:
         now_ms = self._clock_ms()
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[list[ErrorCode]]:
-            _refuse_share_group(shard, group_id)
+            refuse_share_group(shard, group_id)
             group = shard.group(group_id)
             consumer_group = shard.consumer_group(group_id)
             if consumer_group is not None:
@@ -876,7 +877,7 @@ class GroupCoordinator:
         """Committed offsets of the group (all of them when `partitions` is None); a consumer
         group member asking (OffsetFetch v9+) must be at its current epoch."""
         _, shard = self._shard(group_id)
-        _refuse_share_group(shard, group_id)
+        refuse_share_group(shard, group_id)
         consumer_group = shard.consumer_group(group_id)
         if consumer_group is not None:
             validate_consumer_group_fetch(consumer_group, member_id, member_epoch)
@@ -903,7 +904,7 @@ class GroupCoordinator:
         partition, _ = self._shard(group_id)
 
         def op(shard: GroupCoordinatorShard) -> CoordinatorResult[list[ErrorCode]]:
-            _refuse_share_group(shard, group_id)
+            refuse_share_group(shard, group_id)
             group = shard.group(group_id)
             consumer_group = shard.consumer_group(group_id)
             subscribed: set[str] | None = set()
@@ -1114,10 +1115,7 @@ class GroupCoordinator:
         """ConsumerGroupHeartbeat; raises KafkaError with the response's error code."""
         if not request.group_id:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
-        partition, shard = self._shard(request.group_id)
-        if shard.share_group(request.group_id) is not None:
-            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND,
-                             f"Group {request.group_id} is not a consumer group.")
+        partition, _ = self._shard(request.group_id)
         return await self.consumer_groups.heartbeat(partition, request)
 
     def consumer_group_describe(self, group_id: str) -> ConsumerGroup:
@@ -1216,12 +1214,6 @@ def _check_static_member(group: ClassicGroup, member_id: str,
     if current is not None and current != member_id:
         return ErrorCode.FENCED_INSTANCE_ID
     return None
-
-
-def _refuse_share_group(shard: GroupCoordinatorShard, group_id: str) -> None:
-    """A share group has no committed offsets (Kafka's ShareGroup.validateOffset*)."""
-    if shard.share_group(group_id) is not None:
-        raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
 
 
 def _validate_offset_commit(group: ClassicGroup, member_id: str, group_instance_id: str | None,

@@ -521,9 +521,11 @@ class ShareGroupManager:
     # -- describe ----------------------------------------------------------------------------
 
     def describe(self, shard: GroupCoordinatorShard, group_id: str) -> ShareGroup:
-        """The share group (read-only); GROUP_ID_NOT_FOUND for any other id."""
-        group = share_group_of(shard, group_id)
-        assert group is not None
+        """The share group (read-only); GROUP_ID_NOT_FOUND for any other id, with Kafka's
+        messages for ShareGroupDescribe ("... is not a share group.", "Group ... not found.")."""
+        group = share_group_of(shard, group_id, create=True)  # None: no group of any type
+        if group is None:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
         return group
 
     async def describe_offsets(self, shard: GroupCoordinatorShard, group_id: str,
