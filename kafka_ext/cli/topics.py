@@ -26,7 +26,14 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from kafka_ext.cli.chunks import ChunkCommandError, ChunkRow, PartitionChunks, partition_chunks
+from kafka_ext.cli.chunks import (
+    TRANSPORT_ERRORS,
+    ChunkCommandError,
+    ChunkRow,
+    PartitionChunks,
+    connect_bootstrap,
+    partition_chunks,
+)
 from kafka_ext.cli.client_config import UsageError, client_config, parse_key_values
 from kafka_ext.client.probe import identify, round_trip
 from kafka_ext.controller.image import MODE_NONE
@@ -53,6 +60,8 @@ class PartitionRow:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     chunks: PartitionChunks | None = None
+    # KIP-966's (ELR, last known ELR) from DescribeTopicPartitions; None: not known ("N/A").
+    eligible: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,10 +317,12 @@ def _topic_overrides(admin: AdminClient, names: list[str]) -> dict[str, tuple[tu
 
 
 def describe_topics(admin: AdminClient, names: list[str],
-                    chunks: dict[tuple[str, int], PartitionChunks] | None = None
+                    chunks: dict[tuple[str, int], PartitionChunks] | None = None,
+                    eligible: dict[tuple[str, int], EligibleLeaders] | None = None
                     ) -> list[TopicRow]:
     """Partition layout and overrides of the named topics, sorted by name; `chunks` are the
-    inactive chunks of the partitions that have some (cli/chunks.py partition_chunks)."""
+    inactive chunks of the partitions that have some (cli/chunks.py partition_chunks),
+    `eligible` their eligible leader replicas (`eligible_leaders`)."""
     if not names:
         return []
     futures = admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
@@ -326,6 +337,7 @@ def describe_topics(admin: AdminClient, names: list[str],
                 replicas=tuple(node.id for node in p.replicas),
                 isr=tuple(node.id for node in p.isr),
                 chunks=(chunks or {}).get((name, p.id)),
+                eligible=(eligible or {}).get((name, p.id)),
             )
             for p in sorted(description.partitions, key=lambda p: p.id))
         rows.append(TopicRow(name, _kafka_uuid(str(description.topic_id)), partitions,
@@ -359,10 +371,12 @@ def format_topic_lines(row: TopicRow, partition_filter: set[int] | None = None) 
         if partition_filter is not None and p.partition not in partition_filter:
             continue
         leader = "none" if p.leader is None else str(p.leader)
+        elr, last_known = (("N/A", "N/A") if p.eligible is None else
+                           tuple(",".join(map(str, ids)) for ids in p.eligible))
         lines.append(
             f"\tTopic: {row.name}\tPartition: {p.partition}\tLeader: {leader}"
             f"\tReplicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
-            "\tElr: N/A\tLastKnownElr: N/A")
+            f"\tElr: {elr}\tLastKnownElr: {last_known}")
         if p.chunks is not None:
             lines += format_chunk_lines(p.chunks)
     return lines
@@ -385,9 +399,56 @@ def _chunks(args: argparse.Namespace, names: list[str]
         return {}
 
 
+EligibleLeaders = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def eligible_leaders(bootstrap: str, topics: list[str],
+                     timeout_s: float = REQUEST_TIMEOUT_S
+                     ) -> dict[tuple[str, int], EligibleLeaders]:
+    """(ELR, last known ELR) of every partition of `topics`, from one bootstrap broker's
+    DescribeTopicPartitions (KIP-966), page after page; ChunkCommandError when no broker
+    answers."""
+    Request = registry().requests[ApiKey.DESCRIBE_TOPIC_PARTITIONS].cls
+    found: dict[tuple[str, int], EligibleLeaders] = {}
+    if not topics:
+        return found
+    conn = connect_bootstrap(bootstrap, timeout_s)
+    cursor = None
+    try:
+        while True:
+            answer = conn.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, Request(
+                topics=[Request.TopicRequest(name=t) for t in sorted(set(topics))],
+                response_partition_limit=2000, cursor=cursor))
+            for topic in answer.topics:
+                for p in topic.partitions if not topic.error_code else ():
+                    found[(topic.name, p.partition_index)] = (
+                        tuple(p.eligible_leader_replicas or ()), tuple(p.last_known_elr or ()))
+            if answer.next_cursor is None:
+                return found
+            cursor = Request.Cursor(topic_name=answer.next_cursor.topic_name,
+                                    partition_index=answer.next_cursor.partition_index)
+    except TRANSPORT_ERRORS as exc:
+        raise ChunkCommandError(f"DescribeTopicPartitions from {conn.address} failed: "
+                                f"{exc}") from None
+    finally:
+        conn.close()
+
+
+def _eligible(args: argparse.Namespace, names: list[str]
+              ) -> dict[tuple[str, int], EligibleLeaders]:
+    """The partitions' ELR over PLAINTEXT, as `_chunks` reads chunks; none ("N/A") else."""
+    conf = client_config(args.bootstrap_server, args.command_config, [], "--command-config")
+    if conf.get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT":
+        return {}
+    try:
+        return eligible_leaders(args.bootstrap_server, names)
+    except (ChunkCommandError, UsageError):
+        return {}
+
+
 def _describe(admin: AdminClient, args: argparse.Namespace) -> None:
     names = _require_topics(admin, args)
-    rows = describe_topics(admin, names, _chunks(args, names))
+    rows = describe_topics(admin, names, _chunks(args, names), _eligible(args, names))
     only_problems = args.under_replicated_partitions or args.unavailable_partitions
     if args.table:
         _print_table(rows)

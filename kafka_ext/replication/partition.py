@@ -236,15 +236,14 @@ class Partition:
 
     def out_of_sync_replicas(self, now_ms: float, max_lag_ms: int) -> list[int]:
         """ISR members that are behind and have not caught up for `max_lag_ms`."""
-        end = self.log.log_end_offset
-        out = []
-        for replica in self.isr:
-            state = self.followers.get(replica)
-            if state is None:
-                continue  # the leader itself
-            if state.log_end_offset != end and now_ms - state.last_caught_up_ms > max_lag_ms:
-                out.append(replica)
-        return out
+        return [r for r in self.isr if self.lags(r, now_ms, max_lag_ms)]
+
+    def lags(self, replica: int, now_ms: float, max_lag_ms: int) -> bool:
+        """Whether a follower is behind the log end and has not caught up for `max_lag_ms`
+        (an ISR member would be shrunk out); never the leader itself."""
+        state = self.followers.get(replica)
+        return (state is not None and state.log_end_offset != self.log.log_end_offset
+                and now_ms - state.last_caught_up_ms > max_lag_ms)
 
     def high_watermark_candidate(self) -> int:
         """The smallest end offset of the maximal ISR (the leader's own included)."""

@@ -516,6 +516,11 @@ class ReplicaManager:
             return
         if hosted.isr_join_held_back(replica_id, now_ms):
             return
+        if (self._high_watermark_frozen(hosted)
+                and hosted.lags(replica_id, now_ms, self.replica_lag_time_max_ms)):
+            # The high watermark it reached is stale: joining, it would be shrunk out again
+            # at once (and the ISR flap) while still behind the log end.
+            return
         log.info("%s-%d: broker %d caught up, asking for it to join the ISR",
                  hosted.topic, hosted.partition, replica_id)
         self._propose(hosted, hosted.isr + (replica_id,))
@@ -601,10 +606,15 @@ class ReplicaManager:
         if hosted.is_leader:
             self._maybe_advance_high_watermark(hosted)
 
+    def _high_watermark_frozen(self, hosted: Partition) -> bool:
+        """KIP-966: with eligible leader replicas, the high watermark stays while the ISR is
+        below min.insync.replicas, so the ELR holds every committed record."""
+        return (self._image.elr_enabled
+                and len(hosted.isr) < hosted.log.config.min_insync_replicas)
+
     def _maybe_advance_high_watermark(self, hosted: Partition) -> None:
-        if (self._image.elr_enabled
-                and len(hosted.isr) < hosted.log.config.min_insync_replicas):
-            return  # KIP-966: below min.insync.replicas it stays, so the ELR holds all of it
+        if self._high_watermark_frozen(hosted):
+            return
         if hosted.is_leader and hosted.maybe_advance_high_watermark():
             self._notify_data((hosted.topic, hosted.partition))  # consumers read up to it
 

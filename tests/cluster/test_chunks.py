@@ -362,8 +362,8 @@ def test_the_chunk_tool_creates_and_alters_and_describe_shows_chunks(
         "Failed to create a chunk of orders-1: INVALID_CHUNK_ASSIGNMENT: "), created.stderr
 
     lines = describe_until(n3, "orders", [
-        "\tTopic: orders\tPartition: 0\tLeader: 2\tReplicas: 2,3\tIsr: 2,3\tElr: N/A"
-        "\tLastKnownElr: N/A",
+        "\tTopic: orders\tPartition: 0\tLeader: 2\tReplicas: 2,3\tIsr: 2,3\tElr: "
+        "\tLastKnownElr: ",
         "\t\tChunk: inactive\tStartOffset: 0\tStopOffset: 9\tEndOffset: 9\tReplicas: 1,2"
         "\tIsr: 1,2",
         "\t\tChunk: active\tStartOffset: 10"])

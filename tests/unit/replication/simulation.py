@@ -34,6 +34,13 @@ holding the code to invariant 1 and counts the acknowledged writes lost (_check_
 may tolerate some of invariants 6-10 (bugs known and open): it notes their first violation and
 goes on, and a later violation says what it came after.
 
+With --elr the cluster runs with eligible leader replicas (KIP-966, eligible.leader.replicas.version
+1): the ISR may empty, an ELR member may be elected, the leader's high watermark stops below
+min.insync.replicas, and a broker that restarts (every restart here is unclean: kill -9 or a
+crash) leaves the ELR. A partition left with no ISR and no ELR stays offline, as Kafka's does,
+until an operator asks for an unclean election: the simulation does so once every fault has
+healed, and from then on only counts the acknowledged writes lost.
+
 Replay one seed:  .venv/bin/python -m tests.unit.replication.simulation --seed N --verbose
 """
 
@@ -66,7 +73,8 @@ from types import SimpleNamespace
 from typing import Any, TypeVar, cast
 
 from kafka_ext.controller.cluster_control import BrokerHeartbeats, BrokerListener
-from kafka_ext.controller.image import MetadataImage, PartitionImage
+from kafka_ext.controller.image import ELR_VERSION_FEATURE, MetadataImage, PartitionImage
+from kafka_ext.controller.partition_change import UNCLEAN
 from kafka_ext.controller.quorum_controller import QuorumController
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
@@ -133,8 +141,9 @@ INVARIANTS = {
     3: "one leader per leader epoch: the controller gives each epoch to one broker and never "
        "moves epochs (or partition epochs) back; a broker leading epoch e is the one the "
        "controller elected in e; a broker's leader epoch never goes back",
-    4: "elections: the ISR is never empty, the leader is in it, and with unclean election off "
-       "a new leader comes from the ISR it replaces",
+    4: "elections: the ISR is never empty (with ELR: it may be, and the ELR never overlaps "
+       "it), the leader is in it, and with unclean election off a new leader comes from the "
+       "ISR it replaces (with ELR: or from the ELR)",
     5: "liveness: once every fault has healed, within the heal time a new write is "
        "acknowledged, the ISR is every replica, every broker runs unfenced in the controller's "
        "leader epoch, HW == LEO everywhere, and the logs are identical",
@@ -152,6 +161,9 @@ INVARIANTS = {
     10: "the leader of the controller's current epoch moves its high watermark over every "
         "member of the controller's ISR: its maximal ISR holds them all (Kafka keeps a "
         "proposal pending until it knows what the controller made of it)",
+    11: "ELR (KIP-966): the ELR is empty while the ISR is at min.insync.replicas; a broker "
+        "that registered after an unclean shutdown is in no ELR; every ELR member (a dead one "
+        "by what is on its disk) holds the whole committed history, as ISR members do (1)",
 }
 
 
@@ -542,6 +554,7 @@ class SimController(QuorumController):
         self.raft = cast(Any, InstantQuorum(self))
         self._heartbeats_epoch = InstantQuorum.epoch
         self.unclean_leader_election = unclean
+        self.min_insync_replicas = MIN_INSYNC
         self.node_id = 0  # the controller (a dynamic unclean setting of its own: none here)
         self._lock = asyncio.Lock()
         self._records = registry()
@@ -683,8 +696,10 @@ class Simulation:
 
     def __init__(self, seed: int, *, unclean: bool = False, replicas: int | None = None,
                  machine_crashes: bool | None = None, log_dir: Path | None = None,
-                 tolerate: Iterable[int] = (), verbose: bool = False) -> None:
+                 tolerate: Iterable[int] = (), verbose: bool = False,
+                 elr: bool = False) -> None:
         self.seed = seed
+        self.elr = elr
         self.tolerated = frozenset(tolerate)
         self.tolerated_violations: list[InvariantViolation] = []
         self.verbose = verbose  # the trace tells every fetch, ISR change and ack too
@@ -729,6 +744,8 @@ class Simulation:
         self.compromised: set[int] = set()  # lost unflushed data and may still be in the ISR
         self.reregistered: set[int] = set()  # compromised, and registered since
         self.beyond_budget_at: int | None = None
+        self.operator_election_at: int | None = None  # ELR: no eligible leader was left
+        self.registered_incarnations: set[uuid.UUID] = set()
         self.elections = 0
         self.unclean_elections = 0
         self.lost_acks = 0
@@ -747,8 +764,10 @@ class Simulation:
     @property
     def strict(self) -> bool:
         """Whether acknowledged writes must survive: clean elections, and machine crashes that
-        always left an in-sync replica holding what was acknowledged (_check_budget)."""
-        return not self.unclean and self.beyond_budget_at is None
+        always left an in-sync (or eligible) replica holding what was acknowledged
+        (_check_budget)."""
+        return (not self.unclean and self.beyond_budget_at is None
+                and self.operator_election_at is None)
 
     def _violation(self, invariant: int, detail: str) -> InvariantViolation:
         return InvariantViolation(invariant, f"{detail} (at {self.now} ms)",
@@ -916,6 +935,9 @@ class Simulation:
 
     def _bootstrap(self) -> None:
         controller = self.controller
+        if self.elr:
+            run_now(controller._commit([controller._record(
+                "FeatureLevelRecord", name=ELR_VERSION_FEATURE, feature_level=1)]))
         for broker in self.brokers.values():
             self._start_process(broker)
             broker.life.broker_epoch = run_now(controller.register_broker(
@@ -944,11 +966,18 @@ class Simulation:
 
     def _on_commit(self, old: MetadataImage, new: MetadataImage, records: list[Any]) -> None:
         """Invariants 3 and 4 on every change the controller commits; then brokers learn it."""
+        before, after = partition_of(old), partition_of(new)
         for record in records:
             if type(record).__name__ == "RegisterBrokerRecord":
                 if record.broker_id in self.compromised:
                     self.reregistered.add(record.broker_id)
-        before, after = partition_of(old), partition_of(new)
+                # A process's first registration follows a kill or a crash here: unclean.
+                first = record.incarnation_id not in self.registered_incarnations
+                self.registered_incarnations.add(record.incarnation_id)
+                if first and after is not None and record.broker_id in after.elr:
+                    raise self._violation(11, f"broker {record.broker_id} registered after an "
+                                              f"unclean shutdown and stays in ELR "
+                                              f"{list(after.elr)}")
         if after is not None:
             if before is not None and before != after:
                 self._check_change(before, after)
@@ -970,21 +999,26 @@ class Simulation:
                                      f"{before.leader_epoch} to {after.leader_epoch}")
         if after.partition_epoch <= before.partition_epoch:
             raise self._violation(3, "the partition epoch did not move on a change")
-        if not after.isr:
+        if not after.isr and not self.elr:
             raise self._violation(4, "the ISR became empty")
+        if set(after.isr) & set(after.elr):
+            raise self._violation(4, f"ISR {list(after.isr)} and ELR {list(after.elr)} overlap")
         if after.leader >= 0 and after.leader not in after.isr:
             raise self._violation(4, f"leader {after.leader} is not in the ISR "
                                      f"{list(after.isr)}")
+        if after.elr and len(after.isr) >= MIN_INSYNC:
+            raise self._violation(11, f"ELR {list(after.elr)} beside ISR {list(after.isr)}")
         if after.leader != before.leader and after.leader >= 0:
             self.elections += 1
-            if after.leader not in before.isr:
+            if after.leader not in before.isr and after.leader not in before.elr:
                 self.unclean_elections += 1
-                if not self.unclean:
+                if not self.unclean and self.operator_election_at is None:
                     raise self._violation(
                         4, f"broker {after.leader} elected outside the ISR "
                            f"{list(before.isr)} with unclean election disabled")
+        elr = f", ELR {list(after.elr)}" if after.elr or before.elr else ""
         self.trace.append(f"{self.now} controller: leader {after.leader} epoch "
-                          f"{after.leader_epoch}, ISR {list(after.isr)} (partition epoch "
+                          f"{after.leader_epoch}, ISR {list(after.isr)}{elr} (partition epoch "
                           f"{after.partition_epoch})")
 
     def _check_budget(self) -> None:
@@ -995,11 +1029,12 @@ class Simulation:
         are counted, not failed."""
         if not self.strict:
             return
-        isr = set(self.partition().isr)
-        if isr <= self.compromised:
+        part = self.partition()
+        holders = set(part.isr) | set(part.elr)  # with ELR, its members hold it too
+        if holders and holders <= self.compromised:
             self.beyond_budget_at = self.now
-            self.trace.append(f"{self.now} beyond the fault budget: every ISR member "
-                              f"{sorted(isr)} lost unflushed data")
+            self.trace.append(f"{self.now} beyond the fault budget: every ISR and ELR member "
+                              f"{sorted(holders)} lost unflushed data")
 
     def _publish(self, image: MetadataImage) -> None:
         for broker in self.brokers.values():
@@ -1414,10 +1449,15 @@ class Simulation:
                 raise self._violation(1, f"{value!r} acknowledged at {offset} is not what "
                                          "was committed there")
         self._acks_to_check.clear()
-        for replica in self.partition().isr:
+        part = self.partition()
+        for replica in part.isr:
             if replica not in self.compromised:
                 self._match_committed(self.brokers[replica], len(self.committed), 1,
                                       "being in the ISR")
+        for replica in part.elr:
+            if replica not in self.compromised:
+                self._match_committed(self.brokers[replica], len(self.committed), 11,
+                                      "being in the ELR")
 
     def _check_maximal_isr(self) -> None:
         """Invariant 10, for the leader the controller elected, once it leads that epoch."""
@@ -1609,11 +1649,26 @@ class Simulation:
             self.restart(broker)
         self.producing = True
         self._at(self.now + 1, self._produce)
+        if self.elr:
+            self._controller_every(METADATA_REFRESH_MS, self._operator_recovers)
         self.run_until(fault_ms + heal_ms, self.converged)
         if not self.converged():
             raise self._violation(5, f"not converged {heal_ms} ms after healing: "
                                      f"{self.describe_state()}")
         self._check_final_log()
+
+    def _operator_recovers(self) -> None:
+        """ELR: once every fault has healed, a partition with no ISR and no ELR (its eligible
+        replicas all restarted uncleanly) is offline by design; an operator asks for an unclean
+        election (ElectLeaders, as kafka-leader-election.sh --election-type unclean)."""
+        part = self.partition()
+        if part.leader >= 0 or part.isr or part.elr:
+            return
+        if self.operator_election_at is None:
+            self.operator_election_at = self.now
+            self.trace.append(f"{self.now} operator: no eligible leader (last known ELR "
+                              f"{list(part.last_known_elr)}), unclean election")
+        run_now(self.controller.elect_leaders(UNCLEAN, {TOPIC: [PARTITION]}))
 
     def converged(self) -> bool:
         """Invariant 5: a write acknowledged since the heal; the ISR is every replica; every
@@ -1655,7 +1710,7 @@ class Simulation:
                 f"{'unclean' if self.unclean else 'clean'} election, machine crashes "
                 f"{'on' if self.machine_crashes else 'off'}, drop {self.fault_drop_rate}, delay <= "
                 f"{self.max_delay_ms} ms, fetch <= {self.partition_max_bytes} bytes, "
-                f"{'real' if self.log_dir else 'in-memory'} logs")
+                f"{'real' if self.log_dir else 'in-memory'} logs{', ELR' if self.elr else ''}")
 
     def describe_state(self) -> str:
         part = self.partition()
@@ -1673,6 +1728,9 @@ class Simulation:
     def summary(self) -> str:
         budget = (f", beyond the fault budget at {self.beyond_budget_at} ms"
                   if self.beyond_budget_at is not None else "")
+        if self.operator_election_at is not None:
+            budget += f", no eligible leader: an operator's unclean election at " \
+                      f"{self.operator_election_at} ms"
         tolerated = "".join(f", invariant {v.invariant} broken (tolerated)"
                             for v in self.tolerated_violations)
         return (f"{self.describe()}: ok, {len(self.acked)} records acknowledged, "
@@ -1687,15 +1745,16 @@ def _ignore(exc: Exception) -> None:
 
 def run_seed(seed: int, *, unclean: bool = False, replicas: int | None = None,
              machine_crashes: bool | None = None, log_dir: Path | None = None,
-             tolerate: Iterable[int] = ()) -> Simulation:
+             tolerate: Iterable[int] = (), elr: bool = False) -> Simulation:
     """Run one seed; an invariant violation names the command that replays it."""
     sim = Simulation(seed, unclean=unclean, replicas=replicas, machine_crashes=machine_crashes,
-                     log_dir=log_dir, tolerate=tolerate)
+                     log_dir=log_dir, tolerate=tolerate, elr=elr)
     try:
         sim.run()
     except InvariantViolation as exc:
         trace = "\n    ".join(sim.trace[-12:])
-        flags = (" --unclean" if unclean else "") + (" --real-log" if log_dir else "")
+        flags = ((" --unclean" if unclean else "") + (" --real-log" if log_dir else "")
+                 + (" --elr" if elr else ""))
         if replicas is not None:
             flags += f" --replicas {replicas}"
         if machine_crashes is not None:
@@ -1715,6 +1774,8 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=1, help="run seeds seed..seed+count-1")
     parser.add_argument("--unclean", action="store_true",
                         help="unclean.leader.election.enable=true")
+    parser.add_argument("--elr", action="store_true",
+                        help="eligible.leader.replicas.version=1 (KIP-966)")
     parser.add_argument("--real-log", action="store_true",
                         help="storage.log.UnifiedLog in a temporary directory")
     parser.add_argument("--replicas", type=int, help="2-5 (default: the seed says)")
@@ -1736,7 +1797,7 @@ def main() -> None:
             sim = Simulation(seed, unclean=args.unclean, tolerate=tolerate,
                              replicas=args.replicas, machine_crashes=crashes,
                              log_dir=Path(tmp) if args.real_log else None,
-                             verbose=args.verbose)
+                             verbose=args.verbose, elr=args.elr)
             try:
                 sim.run()
             except AssertionError as exc:

@@ -20,6 +20,15 @@ from .simulation import InvariantViolation, Simulation, run_seed
 CI_SEEDS = range(300)
 UNIFIED_LOG_SEEDS = range(20)  # the real storage.log.UnifiedLog, in a temporary directory
 UNCLEAN_SEEDS = range(40)
+ELR_SEEDS = range(200)  # eligible.leader.replicas.version=1 (KIP-966)
+
+# ELR seeds that found bugs (fixed), kept for good.
+ELR_REGRESSION_SEEDS = {
+    431: "E1: with the high watermark frozen below min.insync.replicas, a follower that reached "
+         "it joined the ISR, was shrunk out at once, and again: the ISR flapped, retried writes "
+         "piled up, and the replicas never converged (invariant 5)",
+    228: "E1: the same flapping with five replicas and machine crashes (invariant 5)",
+}
 
 # Seeds that found bugs B1-B5 (fixed): each broke an invariant, and is kept for good.
 REGRESSION_SEEDS = {
@@ -132,3 +141,13 @@ def test_only_unclean_election_loses_acknowledged_writes() -> None:
     assert all(sim.lost_acks == 0 and sim.unclean_elections == 0 for sim in clean_runs)
     assert sum(sim.unclean_elections for sim in unclean_runs) > 0
     assert sum(sim.lost_acks for sim in unclean_runs) > 0
+
+
+@pytest.mark.parametrize("seed", ELR_SEEDS)
+def test_with_eligible_leader_replicas(seed: int) -> None:
+    check_seed(seed, elr=True)
+
+
+@pytest.mark.parametrize("seed", sorted(ELR_REGRESSION_SEEDS))
+def test_elr_seeds_that_once_failed(seed: int) -> None:
+    check_seed(seed, elr=True)
