@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Coroutine, Iterable, Iterator
+from collections.abc import Coroutine, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -290,9 +290,9 @@ class Node:
             settings["inter.broker.listener.name"] = INTER_BROKER_LISTENER
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
 
-    def format(self) -> None:
+    def format(self, extra_args: Sequence[str] = ()) -> None:
         done = subprocess.run([sys.executable, "-m", "kafka_ext", "storage", "format", "-t",
-                               CLUSTER_ID, "-c", str(self.config_path)],
+                               CLUSTER_ID, "-c", str(self.config_path), *extra_args],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
 
@@ -363,8 +363,10 @@ class Cluster:
     def __init__(self, root: Path, *, combined: int = 0, controllers: int = 0,
                  brokers: int = 0, extra: dict[str, str] | None = None,
                  racks: dict[int, str] | None = None,
-                 node_extra: dict[int, dict[str, str]] | None = None) -> None:
-        """`racks`: broker.rack per node id; `node_extra`: more configs of single nodes."""
+                 node_extra: dict[int, dict[str, str]] | None = None,
+                 format_args: Sequence[str] = ()) -> None:
+        """`racks`: broker.rack per node id; `node_extra`: more configs of single nodes;
+        `format_args`: more `storage format` arguments (`--feature NAME=LEVEL`)."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.nodes: dict[int, Node] = {}
@@ -389,7 +391,7 @@ class Cluster:
             rack = {"broker.rack": racks[i]} if racks and i in racks else {}
             node.write_config(voters, {**(extra or {}), **rack,
                                        **(node_extra or {}).get(i, {})})
-            node.format()
+            node.format(format_args)
 
     def start(self) -> None:
         for node in self.nodes.values():
