@@ -18,6 +18,9 @@ the cluster-wide broker default. `--entity-type broker-loggers --entity-name N` 
 `--broker-logger N`) lists broker N's logger levels and sets (`--add-config
 kafka_ext.server=DEBUG`) or unsets (`--delete-config`) them. As Kafka's admin client does, a
 broker's or its loggers' request goes to that broker, found through Metadata.
+`--entity-type groups --entity-name G` (or `--group G`) describes and alters a group's configs
+(the GROUP resource, KIP-848/KIP-932: `share.auto.offset.reset`, ...); without a name, every
+group ListGroups reports, of any type.
 """
 
 from __future__ import annotations
@@ -54,15 +57,17 @@ from kafka_ext.security.sasl import (
 )
 
 QUOTA_ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID}
-TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8  # ConfigResource types
+# ConfigResource types
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, GROUP_RESOURCE = 2, 4, 8, 32
 RESOURCE_TYPES = {"topics": TOPIC_RESOURCE, "brokers": BROKER_RESOURCE,
-                  "broker-loggers": BROKER_LOGGER_RESOURCE}
+                  "broker-loggers": BROKER_LOGGER_RESOURCE, "groups": GROUP_RESOURCE}
 # Resources Kafka's admin client sends to the broker they name (their describe is its own view).
 _PER_BROKER = ("brokers", "broker-loggers")
 QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
               "controller_mutation_rate")
 _LABELS = {USER: "user-principal", CLIENT_ID: "client-id"}
 API_VERSION = 1
+LIST_GROUPS_VERSION = 5  # every group type, with its type
 SCRAM_API_VERSION = 0
 TIMEOUT_S = 30.0
 SALT_BYTES = 32
@@ -80,11 +85,11 @@ class CommandFailed(Exception):
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `configs` with kafka-configs.sh's flags."""
     parser = subparsers.add_parser(
-        "configs", help="describe or alter client quotas, SCRAM credentials, topic or "
-                        "broker configs and broker logger levels (kafka-configs.sh)",
+        "configs", help="describe or alter client quotas, SCRAM credentials, topic, broker "
+                        "or group configs and broker logger levels (kafka-configs.sh)",
         description="Add, delete or describe client quotas of users and client ids, SCRAM "
-                    "credentials of users, the configs of topics and brokers (per broker or "
-                    "the cluster default) and the logger levels of brokers.")
+                    "credentials of users, the configs of topics, brokers (per broker or "
+                    "the cluster default) and groups, and the logger levels of brokers.")
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
                         help="broker(s) to connect to")
     parser.add_argument("--command-config", metavar="FILE",
@@ -94,15 +99,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     action.add_argument("--describe", action="store_true", help="list the entity's configs")
     parser.add_argument("--entity-type", action="append", default=[], dest="entity_types",
                         choices=sorted([*QUOTA_ENTITY_TYPES, *RESOURCE_TYPES]),
-                        help="users, clients, topics, brokers or broker-loggers")
+                        help="users, clients, topics, brokers, broker-loggers or groups")
     parser.add_argument("--entity-name", action="append", dest="entity_names",
-                        help="name of the entity (user principal or client id)")
+                        help="name of the entity (user principal, client id, topic, broker "
+                             "id or group id)")
     parser.add_argument("--entity-default", action="append_const", const=None,
                         dest="entity_names", help="the default entity of the type")
     # kafka-configs.sh's shortcuts: --user U is --entity-type users --entity-name U, ...
     for flag, entity_type in (("--user", "users"), ("--client", "clients"),
                               ("--topic", "topics"), ("--broker", "brokers"),
-                              ("--broker-logger", "broker-loggers")):
+                              ("--broker-logger", "broker-loggers"), ("--group", "groups")):
         parser.add_argument(flag, dest="shortcuts", action="append", type=_entity(entity_type),
                             metavar="NAME",
                             help=f"same as --entity-type {entity_type} --entity-name NAME")
@@ -112,8 +118,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                             const=(entity_type, None),
                             help=f"same as --entity-type {entity_type} --entity-default")
     parser.add_argument("--all", action="store_true",
-                        help="with --describe: every config of the topic or broker, not only "
-                             "the dynamic ones")
+                        help="with --describe: every config of the topic, broker or group, "
+                             "not only the dynamic ones")
     parser.add_argument("--add-config", default="", metavar="K=V,K2=V2",
                         help="configs to set, comma separated; a user's SCRAM credential is "
                              "SCRAM-SHA-256=[iterations=N,password=P]")
@@ -148,9 +154,12 @@ def entities_of(args: argparse.Namespace) -> list[tuple[str, str | None]]:
     if len({t for t, _ in pairs}) != len(pairs):
         raise UsageError("each entity type may be given once")
     if any(t in RESOURCE_TYPES for t, _ in pairs) and len(pairs) > 1:
-        raise UsageError("topics, brokers and broker-loggers take one entity")
+        raise UsageError("topics, brokers, broker-loggers and groups take one entity")
     if pairs[0] == ("broker-loggers", None):
         raise UsageError("--entity-default is not supported for broker-loggers: name a broker")
+    if pairs[0] == ("groups", None):  # a group has no default entity: kafka-configs.sh's words
+        raise UsageError("An entity name must be specified with --alter of groups" if args.alter
+                         else "--entity-default must not be specified with --describe of groups")
     return pairs
 
 
@@ -445,6 +454,16 @@ class NodeConnections:
     def broker_ids(self) -> list[str]:
         return sorted(self._endpoints(), key=int)
 
+    def to_broker(self, broker_id: str) -> socket.socket:
+        """A connection to broker `broker_id`, which Metadata lists; opened once."""
+        sock = self._open.get(broker_id)
+        if sock is None:
+            host, port = self._endpoints()[broker_id]
+            sock = self._open[broker_id] = self._stack.enter_context(open_connection(
+                f"[{host}]:{port}" if ":" in host else f"{host}:{port}", self._command_config,
+                TIMEOUT_S))
+        return sock
+
     def _endpoints(self) -> dict[str, tuple[str, int]]:
         if self._brokers is None:
             response = _metadata(self.bootstrap)
@@ -455,18 +474,23 @@ class NodeConnections:
         """Where a request about this entity goes: the broker it names, else the bootstrap
         broker (topics, the cluster default, or a broker id Metadata does not list, which
         then answers the error)."""
-        if entity_type not in _PER_BROKER or name is None:
+        if entity_type not in _PER_BROKER or name is None or name not in self._endpoints():
             return self.bootstrap
-        endpoint = self._endpoints().get(name)
-        if endpoint is None:
-            return self.bootstrap
-        sock = self._open.get(name)
-        if sock is None:
-            host, port = endpoint
-            sock = self._open[name] = self._stack.enter_context(open_connection(
-                f"[{host}]:{port}" if ":" in host else f"{host}:{port}", self._command_config,
-                TIMEOUT_S))
-        return sock
+        return self.to_broker(name)
+
+    def group_ids(self) -> list[str]:
+        """Every group of the cluster, of any type (ListGroups at each broker, as Kafka's
+        admin client lists them), sorted."""
+        request = registry()["ListGroupsRequest"].cls(states_filter=[], types_filter=[])
+        groups: set[str] = set()
+        for broker_id in self.broker_ids():
+            response = round_trip(self.to_broker(broker_id), ApiKey.LIST_GROUPS,
+                                  LIST_GROUPS_VERSION, request)
+            if response.error_code:
+                raise CommandFailed(f"{ErrorCode(response.error_code).name}: listing the groups "
+                                    f"of broker {broker_id} failed")
+            groups.update(g.group_id for g in response.groups)
+        return sorted(groups)
 
 
 def _metadata(sock: socket.socket) -> Any:
@@ -478,12 +502,14 @@ def _metadata(sock: socket.socket) -> Any:
 
 def describe_resources(nodes: NodeConnections, entity_type: str, name: str | None,
                        describe_all: bool) -> list[str]:
-    """kafka-configs.sh's describe of topics, brokers or broker loggers (every one when no name
-    is given, and for brokers the cluster default last)."""
+    """kafka-configs.sh's describe of topics, brokers, broker loggers or groups (every one
+    when no name is given, and for brokers the cluster default last)."""
     if name == _ANY:
         names: list[str | None]
         if entity_type == "topics":
             names = sorted(t.name for t in _metadata(nodes.bootstrap).topics if t.name)
+        elif entity_type == "groups":
+            names = list(nodes.group_ids())
         else:
             names = list(nodes.broker_ids())
         if entity_type == "brokers":
@@ -502,10 +528,13 @@ def describe_resources(nodes: NodeConnections, entity_type: str, name: str | Non
     return lines
 
 
-_DYNAMIC_SOURCE = {"topics": 1, "brokers": 2}  # DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG
+# DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, GROUP_CONFIG
+_DYNAMIC_SOURCE = {"topics": 1, "brokers": 2, "groups": 8}
+# The wire's config sources by the names Kafka's admin client gives them (ConfigEntry).
 _SOURCE_NAMES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
                  3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG",
-                 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+                 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+                 7: "DYNAMIC_CLIENT_METRICS_CONFIG", 8: "DYNAMIC_GROUP_CONFIG"}
 
 
 def _resource_configs(sock: socket.socket, entity_type: str, name: str | None,

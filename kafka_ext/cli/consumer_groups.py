@@ -108,56 +108,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
              "(kafka-consumer-groups.sh)",
         description="This tool helps to list all consumer groups, describe a consumer group, "
                     "delete consumer group info, or reset consumer group offsets.")
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="REQUIRED: The server(s) to connect to.")
-    parser.add_argument("--command-config", metavar="FILE",
-                        help="Property file containing configs to be passed to Admin Client.")
-    parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
-                        help="timeout of each admin request in ms (default 5000)")
-    parser.add_argument("--list", action="store_true", help="List all consumer groups.")
-    parser.add_argument("--describe", action="store_true",
-                        help="Describe consumer group and list offset lag related to given group.")
-    parser.add_argument("--delete", action="store_true", help="Delete the given groups.")
-    parser.add_argument("--reset-offsets", action="store_true",
-                        help="Reset offsets of consumer groups (their members must be inactive).")
-    parser.add_argument("--delete-offsets", action="store_true",
-                        help="Delete offsets of one consumer group for the given topics.")
-    parser.add_argument("--group", action="append", default=[], dest="groups", metavar="GROUP",
-                        help="The consumer group we wish to act on (repeatable).")
-    parser.add_argument("--all-groups", action="store_true", help="Apply to all consumer groups.")
-    parser.add_argument("--topic", action="append", default=[], dest="topics", metavar="TOPIC",
-                        help="topic (reset-offsets: topic:0,1,2 for some partitions; repeatable)")
-    parser.add_argument("--all-topics", action="store_true",
-                        help="Consider all topics assigned to a group in the reset-offsets "
-                             "process.")
-    parser.add_argument("--members", action="store_true", help="Describe members of the group.")
-    parser.add_argument("--offsets", action="store_true",
-                        help="Describe the group's partitions with their offset lag (default).")
-    parser.add_argument("--verbose", action="store_true",
-                        help="With --describe: additional information, if any.")
-    parser.add_argument("--state", nargs="?", const="", default=None, metavar="STATES",
-                        help="--describe: the group's state; --list: each group's state, or only "
-                             "groups in these comma-separated states")
+    add_group_tool_arguments(parser, "consumer", DEFAULT_TIMEOUT_MS, VALID_STATES)
     parser.add_argument("--type", nargs="?", const="", default=None, metavar="TYPES",
                         help="--list: each group's type, or only groups of these types")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="Only show the new offsets (the default of --reset-offsets).")
-    parser.add_argument("--execute", action="store_true", help="Apply the new offsets.")
     parser.add_argument("--export", action="store_true",
                         help="Print the reset plan as CSV (for --from-file).")
     parser.add_argument("--to-offset", type=int, metavar="OFFSET",
                         help="Reset offsets to a specific offset.")
     parser.add_argument("--shift-by", type=int, metavar="N",
                         help="Reset offsets shifting current offset by 'n' (may be negative).")
-    parser.add_argument("--to-datetime", metavar="DATETIME",
-                        help="Reset offsets to offset from datetime. Format: "
-                             "'YYYY-MM-DDTHH:mm:SS.sss' (UTC unless it ends in Z or +hh:mm)")
     parser.add_argument("--by-duration", metavar="DURATION",
                         help="Reset offsets to offset by duration from current timestamp. "
                              "Format: 'PnDTnHnMnS'")
-    parser.add_argument("--to-earliest", action="store_true",
-                        help="Reset offsets to earliest offset.")
-    parser.add_argument("--to-latest", action="store_true", help="Reset offsets to latest offset.")
     parser.add_argument("--to-current", action="store_true",
                         help="Reset offsets to current offset.")
     parser.add_argument("--from-file", metavar="CSV",
@@ -165,14 +127,89 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(run=run)
 
 
+def add_group_tool_arguments(parser: argparse.ArgumentParser, kind: str, timeout_ms: int,
+                             states: Sequence[str]) -> None:
+    """The flags kafka-consumer-groups.sh and kafka-share-groups.sh share, for `kind`
+    ("consumer" or "share") groups: the connection, the five actions, the groups and topics
+    acted on, the describe views and the reset scenarios both have."""
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="REQUIRED: The server(s) to connect to.")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="Property file containing configs to be passed to Admin Client.")
+    parser.add_argument("--timeout", type=int, default=timeout_ms, metavar="MS",
+                        help=f"timeout of each request in ms (default {timeout_ms})")
+    parser.add_argument("--list", action="store_true", help=f"List all {kind} groups.")
+    parser.add_argument("--describe", action="store_true",
+                        help=f"Describe {kind} groups: their offsets, members or state.")
+    parser.add_argument("--delete", action="store_true", help=f"Delete {kind} groups.")
+    parser.add_argument("--reset-offsets", action="store_true",
+                        help=f"Reset offsets of {kind} groups (their members must be inactive).")
+    parser.add_argument("--delete-offsets", action="store_true",
+                        help=f"Delete offsets of one {kind} group for the given topics.")
+    parser.add_argument("--group", action="append", default=[], dest="groups", metavar="GROUP",
+                        help=f"The {kind} group we wish to act on (repeatable).")
+    parser.add_argument("--all-groups", action="store_true", help=f"Apply to all {kind} groups.")
+    parser.add_argument("--topic", action="append", default=[], dest="topics", metavar="TOPIC",
+                        help="topic (reset-offsets: topic:0,1,2 for some partitions; repeatable)")
+    parser.add_argument("--all-topics", action="store_true",
+                        help="Consider all topics assigned to a group in the reset-offsets "
+                             "process.")
+    parser.add_argument("--members", action="store_true", help="Describe members of the group.")
+    parser.add_argument("--offsets", action="store_true",
+                        help="Describe the group's partitions with their offsets and lag "
+                             "(the default).")
+    parser.add_argument("--verbose", action="store_true",
+                        help="With --describe: additional information, if any.")
+    parser.add_argument("--state", nargs="?", const="", default=None, metavar="STATES",
+                        help="--describe: the group's state; --list: each group's state, or only "
+                             f"groups in these comma-separated states ({', '.join(states)})")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="Only show the new offsets (the default of --reset-offsets).")
+    parser.add_argument("--execute", action="store_true", help="Apply the new offsets.")
+    parser.add_argument("--to-datetime", metavar="DATETIME",
+                        help="Reset offsets to offset from datetime. Format: "
+                             "'YYYY-MM-DDTHH:mm:SS.sss' (UTC unless it ends in Z or +hh:mm)")
+    parser.add_argument("--to-earliest", action="store_true",
+                        help="Reset offsets to earliest offset.")
+    parser.add_argument("--to-latest", action="store_true", help="Reset offsets to latest offset.")
+
+
 def _given(args: argparse.Namespace, name: str) -> bool:
     value = getattr(args, name)
     return bool(value) if isinstance(value, bool | list) else value is not None
 
 
-def _opt(name: str) -> str:
+def jopt(name: str) -> str:
     """An option as joptsimple prints it in messages: [reset-offsets]."""
     return f"[{name.replace('_', '-')}]"
+
+
+def conflict(used: str, other: str) -> UsageError:
+    """joptsimple's refusal of two options given together."""
+    return UsageError(f'Option "{jopt(used)}" can\'t be used with option "{jopt(other)}"')
+
+
+def check_describe(args: argparse.Namespace) -> None:
+    """--describe's checks, the same in both group tools: a scope and at most one view."""
+    if not args.groups and not args.all_groups:
+        raise UsageError(f"Option {jopt('describe')} takes one of these options: "
+                         f"{jopt('all-groups')}, {jopt('group')}")
+    if sum(map(bool, (args.members, args.offsets, args.state is not None))) > 1:
+        raise UsageError(f"Option {jopt('describe')} takes at most one of these options: "
+                         f"{jopt('members')}, {jopt('offsets')}, {jopt('state')}")
+    if args.state:
+        raise UsageError(f"Option {jopt('describe')} does not take a value for {jopt('state')}")
+
+
+def check_conflicts(args: argparse.Namespace, actions: Sequence[str]) -> None:
+    """The options both group tools refuse together (whichever actions were given)."""
+    if args.groups and args.all_groups:
+        raise conflict("group", "all-groups")
+    if args.groups and "list" in actions:
+        raise conflict("group", "list")
+    for action in ("list", "describe"):
+        if args.topics and action in actions:
+            raise conflict("topic", action)
 
 
 def check_args(args: argparse.Namespace) -> str:
@@ -182,55 +219,46 @@ def check_args(args: argparse.Namespace) -> str:
         raise UsageError("Command must include exactly one action: --list, --describe, --delete, "
                          "--reset-offsets, --delete-offsets")
     action = actions[0]
-    scope = f"{_opt('all-groups')}, {_opt('group')}"
+    scope = f"{jopt('all-groups')}, {jopt('group')}"
     if action == "describe":
-        if not args.groups and not args.all_groups:
-            raise UsageError(f"Option {_opt('describe')} takes one of these options: {scope}")
-        if sum(map(bool, (args.members, args.offsets, args.state is not None))) > 1:
-            raise UsageError(f"Option {_opt('describe')} takes at most one of these options: "
-                             f"{_opt('members')}, {_opt('offsets')}, {_opt('state')}")
-        if args.state:
-            raise UsageError(f"Option {_opt('describe')} does not take a value for "
-                             f"{_opt('state')}")
+        check_describe(args)
     else:
         for flag in ("members", "offsets", "verbose"):
             if getattr(args, flag):
-                raise UsageError(f"Option {_opt(flag)} can only be used with {_opt('describe')}")
+                raise UsageError(f"Option {jopt(flag)} can only be used with {jopt('describe')}")
     if args.state is not None and action not in ("describe", "list"):
-        raise UsageError(f"Option {_opt('state')} can only be used with {_opt('describe')} or "
-                         f"{_opt('list')}")
+        raise UsageError(f"Option {jopt('state')} can only be used with {jopt('describe')} or "
+                         f"{jopt('list')}")
     if args.type is not None and action != "list":
-        raise UsageError(f"Option {_opt('type')} can only be used with {_opt('list')}")
+        raise UsageError(f"Option {jopt('type')} can only be used with {jopt('list')}")
     if action == "delete":
         if not args.groups and not args.all_groups:
-            raise UsageError(f"Option {_opt('delete')} takes one of these options: {scope}")
+            raise UsageError(f"Option {jopt('delete')} takes one of these options: {scope}")
         if args.topics:
             raise UsageError("The consumer does not support topic-specific offset deletion from "
                              "a consumer group.")
     if action == "delete_offsets" and (not args.groups or not args.topics):
-        raise UsageError(f"Option {_opt('delete-offsets')} takes the following options: "
-                         f"{_opt('group')}, {_opt('topic')}")
+        raise UsageError(f"Option {jopt('delete-offsets')} takes the following options: "
+                         f"{jopt('group')}, {jopt('topic')}")
     if action == "delete_offsets" and len(args.groups) > 1:
-        raise UsageError(f"Option {_opt('delete-offsets')} supports one consumer group at a time")
+        raise UsageError(f"Option {jopt('delete-offsets')} supports one consumer group at a time")
     scenarios = [s for s in SCENARIOS if _given(args, s)]
     if action == "reset_offsets":
         if args.dry_run and args.execute:
-            raise UsageError(f"Option {_opt('reset-offsets')} only accepts one of "
-                             f"{_opt('execute')} and {_opt('dry-run')}")
+            raise UsageError(f"Option {jopt('reset-offsets')} only accepts one of "
+                             f"{jopt('execute')} and {jopt('dry-run')}")
         if not args.groups and not args.all_groups:
-            raise UsageError(f"Option {_opt('reset-offsets')} takes one of these options: "
+            raise UsageError(f"Option {jopt('reset-offsets')} takes one of these options: "
                              f"{scope}")
         if len(scenarios) > 1:
-            raise UsageError(f'Option "{_opt(scenarios[0])}" can\'t be used with option '
-                             f'"{_opt(scenarios[1])}"')
+            raise conflict(scenarios[0], scenarios[1])
         if not scenarios:
-            raise UsageError(f"Option '{_opt('reset-offsets')}' requires one of the following "
-                             "scenarios: " + ", ".join(_opt(s) for s in SCENARIOS))
+            raise UsageError(f"Option '{jopt('reset-offsets')}' requires one of the following "
+                             "scenarios: " + ", ".join(jopt(s) for s in SCENARIOS))
         if not args.topics and not args.all_topics and args.from_file is None:
             raise UsageError("One of the reset scopes should be defined: --all-topics, --topic.")
         if args.topics and args.all_topics:
-            raise UsageError(f'Option "{_opt("topic")}" can\'t be used with option '
-                             f'"{_opt("all-topics")}"')
+            raise conflict("topic", "all-topics")
         if args.to_datetime is not None:
             parse_datetime(args.to_datetime)
         if args.by_duration is not None:
@@ -238,38 +266,32 @@ def check_args(args: argparse.Namespace) -> str:
     else:
         for flag in (*scenarios, *(f for f in ("dry_run", "execute", "export", "all_topics")
                                    if getattr(args, f))):
-            raise UsageError(f"Option {_opt(flag)} can only be used with {_opt('reset-offsets')}")
-    if args.groups and args.all_groups:
-        raise UsageError(f'Option "{_opt("group")}" can\'t be used with option '
-                         f'"{_opt("all-groups")}"')
-    if args.groups and action == "list":
-        raise UsageError(f'Option "{_opt("group")}" can\'t be used with option "{_opt("list")}"')
-    if args.topics and action in ("list", "describe"):
-        raise UsageError(f'Option "{_opt("topic")}" can\'t be used with option '
-                         f'"{_opt(action)}"')
+            raise UsageError(f"Option {jopt(flag)} can only be used with {jopt('reset-offsets')}")
+    check_conflicts(args, actions)
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
     return action
 
 
-def parse_states(text: str) -> set[str]:
-    """`--state stable,empty` as Kafka names the states; a name that is not one is refused."""
-    by_lower = {s.lower(): s for s in VALID_STATES}
-    parsed = {by_lower.get(s.strip().lower(), "Unknown") for s in text.split(",")}
-    if not parsed <= set(VALID_STATES):
-        raise UsageError(f"Invalid state list '{text}'. Valid states are: "
-                         + ", ".join(VALID_STATES))
+def parse_names(text: str, valid: Sequence[str], list_name: str, plural: str) -> set[str]:
+    """`stable, EMPTY` as Kafka names them (`valid`), case aside; a name that is not one is
+    refused with Kafka's message ("Invalid state list '..'. Valid states are: ..")."""
+    by_lower = {name.lower(): name for name in valid}
+    parsed = {by_lower.get(name.strip().lower(), "Unknown") for name in text.split(",")}
+    if not parsed <= set(valid):
+        raise UsageError(f"Invalid {list_name} list '{text}'. Valid {plural} are: "
+                         + ", ".join(valid))
     return parsed
+
+
+def parse_states(text: str) -> set[str]:
+    """`--state stable,empty`: a consumer group's states."""
+    return parse_names(text, VALID_STATES, "state", "states")
 
 
 def parse_types(text: str) -> set[str]:
-    """`--type classic,consumer`; a type that is not one is refused."""
-    by_lower = {t.lower(): t for t in VALID_TYPES}
-    parsed = {by_lower.get(t.strip().lower(), "Unknown") for t in text.split(",")}
-    if not parsed <= set(VALID_TYPES):
-        raise UsageError(f"Invalid types list '{text}'. Valid types are: "
-                         + ", ".join(VALID_TYPES))
-    return parsed
+    """`--type classic,consumer`: the group types."""
+    return parse_names(text, VALID_TYPES, "types", "types")
 
 
 def parse_topic_partitions(arg: str) -> list[tuple[str, int]]:
@@ -423,7 +445,7 @@ def _s(value: object) -> str:
     return MISSING if value is None else str(value)
 
 
-def _line(widths: Sequence[int], cells: Sequence[object]) -> str:
+def table_line(widths: Sequence[int], cells: Sequence[object]) -> str:
     """Java's printf of `%-w1s %-w2s ... %s`: each cell padded to its width but the last,
     cells separated by one space; a width of 0 means the cell is not padded."""
     texts = [_s(c) for c in cells]
@@ -444,13 +466,13 @@ def format_offsets(rows: Sequence[OffsetRow], verbose: bool = False) -> str:
         widths = [group_w, topic_w, 10, 15, 15, 15, consumer_w, host_w, 0]
         header = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                   "CONSUMER-ID", "HOST", "CLIENT-ID"]
-    out = ["\n" + _line(widths, header)]
+    out = ["\n" + table_line(widths, header)]
     for r in rows:
         cells: list[object] = [r.group, r.topic, r.partition]
         if verbose:
             cells.append(r.leader_epoch)
         cells += [r.current_offset, r.log_end_offset, r.lag, r.consumer_id, r.host, r.client_id]
-        out.append("\n" + _line(widths, cells))
+        out.append("\n" + table_line(widths, cells))
     return "".join(out) + "\n"
 
 
@@ -480,10 +502,10 @@ def format_members(rows: Sequence[MemberRow], verbose: bool = False) -> str:
         else:
             widths = [group_w, consumer_w, host_w, client_w, 15]
             del cells[2]
-        return _line(widths, cells) + " "
+        return table_line(widths, cells) + " "
 
     def tail(cells: list[object]) -> str:
-        return _line([15, current_w, 15, target_w], cells) if verbose else ""
+        return table_line([15, current_w, 15, target_w], cells) if verbose else ""
 
     out = ["\n" + head(["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID",
                          "#PARTITIONS"])
@@ -513,7 +535,7 @@ def format_state(row: GroupStateRow, verbose: bool = False) -> str:
         widths = [group_w, coordinator_w, 20, 20, 0]
         header = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
         cells = [row.group, row.coordinator, strategy, row.state, row.members]
-    return "\n" + _line(widths, header) + "\n" + _line(widths, cells) + "\n"
+    return "\n" + table_line(widths, header) + "\n" + table_line(widths, cells) + "\n"
 
 
 def format_group_list(groups: Sequence[tuple[str, str, str]], include_type: bool,
@@ -537,10 +559,10 @@ def format_reset_plan(plan: dict[str, dict[tuple[str, int], int]]) -> str:
     widths = [group_w, topic_w, 10, 0]
     out = []
     if plan:
-        out.append("\n" + _line(widths, ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]))
+        out.append("\n" + table_line(widths, ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]))
     for group in sorted(plan):
         for (topic, partition), offset in sorted(plan[group].items()):
-            out.append("\n" + _line(widths, [group, topic, partition, offset]))
+            out.append("\n" + table_line(widths, [group, topic, partition, offset]))
     return "".join(out) + "\n"
 
 
@@ -560,9 +582,9 @@ def format_delete_offsets(results: dict[tuple[str, int], str | None]) -> str:
     topic that could not be described."""
     topic_w = max([15, *(len(t) for t, _ in results)])
     widths = [topic_w, 10, 15]
-    out = ["\n" + _line(widths, ["TOPIC", "PARTITION", "STATUS"])]
+    out = ["\n" + table_line(widths, ["TOPIC", "PARTITION", "STATUS"])]
     for (topic, partition), error in sorted(results.items(), key=lambda e: f"{e[0][0]}{e[0][1]}"):
-        out.append("\n" + _line(widths, [topic, partition if partition >= 0 else MISSING,
+        out.append("\n" + table_line(widths, [topic, partition if partition >= 0 else MISSING,
                                          "Successful" if error is None else f"Error: {error}"]))
     return "".join(out) + "\n"
 
@@ -582,7 +604,7 @@ def _error_code(exc: BaseException) -> int | None:
     return None
 
 
-def _message(exc: BaseException) -> str:
+def kafka_message(exc: BaseException) -> str:
     """Kafka's message of a broker error code, else the client's."""
     code = _error_code(exc)
     if code is not None and code in ERRORS:
@@ -772,7 +794,7 @@ def describe(service: Service, args: argparse.Namespace) -> int:
                 print_error(f"Consumer group '{group}' does not exist.")
             else:
                 print_error(f"Executing consumer group command failed due to "
-                            f"{_message(description)}")
+                            f"{kafka_message(description)}")
             failed = True
             continue
         state = _state_name(description)
@@ -850,7 +872,7 @@ class Resetter:
             try:
                 described = self.service.topic_partitions(whole)
             except KafkaException as exc:
-                raise CommandFailed(_java_error(_error_code(exc), _message(exc))) from None
+                raise CommandFailed(_java_error(_error_code(exc), kafka_message(exc))) from None
             return explicit + [(t, p) for t in whole for p in sorted(described[t])]
         return []
 
@@ -859,7 +881,7 @@ class Resetter:
         try:
             layout = self.service.topic_partitions({t for t, _ in partitions})
         except KafkaException as exc:
-            raise CommandFailed(_java_error(_error_code(exc), _message(exc))) from None
+            raise CommandFailed(_java_error(_error_code(exc), kafka_message(exc))) from None
         missing = [tp for tp in partitions if tp[1] not in layout.get(tp[0], {})]
         if missing:
             raise CommandFailed('The partitions "' + ",".join(map(tp_name, missing))
@@ -869,7 +891,7 @@ class Resetter:
             raise CommandFailed('The partitions "' + ",".join(map(tp_name, leaderless))
                                 + '" have no leader')
 
-    def _offsets(self, partitions: Sequence[tuple[str, int]], spec: Any, what: str) -> Plan:
+    def offsets_at(self, partitions: Sequence[tuple[str, int]], spec: Any, what: str) -> Plan:
         found = self.service.log_offsets(partitions, spec)
         out: Plan = {}
         for tp in partitions:
@@ -913,7 +935,7 @@ class Resetter:
         for topic, partition in empty:
             print(f"\nWarn: Partition {partition} from topic {topic} is empty. Falling back to "
                   "latest known offset.")
-        out.update(self._offsets(empty, OffsetSpec.latest(), "offset by timestamp of"))
+        out.update(self.offsets_at(empty, OffsetSpec.latest(), "offset by timestamp of"))
         return out
 
     def plan(self, group: str, partitions: Sequence[tuple[str, int]]) -> Plan | None:
@@ -923,9 +945,9 @@ class Resetter:
         if a.to_offset is not None:
             return self.check_range({tp: a.to_offset for tp in partitions})
         if a.to_earliest:
-            return self._offsets(partitions, OffsetSpec.earliest(), "starting")
+            return self.offsets_at(partitions, OffsetSpec.earliest(), "starting")
         if a.to_latest:
-            return self._offsets(partitions, OffsetSpec.latest(), "ending")
+            return self.offsets_at(partitions, OffsetSpec.latest(), "ending")
         if a.shift_by is not None:
             committed = self.service.committed(group)
             requested: Plan = {}
@@ -955,7 +977,7 @@ class Resetter:
             if current is not None:
                 out[tp] = current
         missing = [tp for tp in partitions if tp not in out]
-        out.update(self._offsets(missing, OffsetSpec.latest(), "ending"))
+        out.update(self.offsets_at(missing, OffsetSpec.latest(), "ending"))
         return out
 
 
@@ -973,7 +995,7 @@ def reset_offsets(service: Service, args: argparse.Namespace) -> int:
         description = descriptions[group]
         if isinstance(description, KafkaException):
             if _error_code(description) != GROUP_ID_NOT_FOUND:
-                raise CommandFailed(_message(description))
+                raise CommandFailed(kafka_message(description))
             state = "Dead"
         else:
             state = _state_name(description)
@@ -1006,7 +1028,7 @@ def _commit(service: Service, group: str, plan: Plan) -> None:
     try:
         answer = service._wait(futures[group])
     except KafkaException as exc:
-        raise CommandFailed(_java_error(_error_code(exc), _message(exc))) from None
+        raise CommandFailed(_java_error(_error_code(exc), kafka_message(exc))) from None
     for tp in answer.topic_partitions:
         if tp.error is not None:
             code = tp.error.code()
@@ -1029,7 +1051,7 @@ def delete_groups(service: Service, args: argparse.Namespace) -> int:
             service._wait(futures[group])
             deleted.append(group)
         except KafkaException as exc:
-            failed.append((group, _java_error(_error_code(exc), _message(exc))))
+            failed.append((group, _java_error(_error_code(exc), kafka_message(exc))))
     quoted = ", ".join(f"'{g}'" for g in deleted)
     if not failed:
         print(f"Deletion of requested consumer groups ({quoted}) was successful.")
@@ -1060,7 +1082,7 @@ def delete_offsets(service: Service, args: argparse.Namespace) -> int:
         try:
             partitions.update((arg, p) for p in service.topic_partitions([arg])[arg])
         except KafkaException as exc:
-            results[(arg, -1)] = _java_error(_error_code(exc), _message(exc))
+            results[(arg, -1)] = _java_error(_error_code(exc), kafka_message(exc))
     top_level: int | None = 0
     if partitions:
         admin = admin_client(args.bootstrap_server, args.command_config)
@@ -1124,7 +1146,7 @@ def run(args: argparse.Namespace) -> int:
         print_error(f"Executing consumer group command failed due to {exc}")
         return 1
     except KafkaException as exc:
-        print_error(f"Executing consumer group command failed due to {_message(exc)}")
+        print_error(f"Executing consumer group command failed due to {kafka_message(exc)}")
         return 1
     finally:
         service.close()

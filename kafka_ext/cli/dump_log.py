@@ -40,6 +40,7 @@ from kafka_ext.cli.dump_log_parsers import (
     OffsetsParser,
     ParseError,
     RecordParser,
+    ShareGroupStateParser,
     TransactionLogParser,
     control_record_text,
 )
@@ -195,6 +196,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                         help="decode records as __transaction_state data")
     parser.add_argument("--cluster-metadata-decoder", action="store_true",
                         help="decode records as __cluster_metadata records")
+    parser.add_argument("--share-group-state-decoder", action="store_true",
+                        help="decode records as __share_group_state data")
     parser.set_defaults(run=run)
 
 
@@ -208,11 +211,14 @@ def options_from(args: argparse.Namespace) -> DumpOptions:
         parser = TransactionLogParser()
     elif args.cluster_metadata_decoder:
         parser = ClusterMetadataParser()
+    elif args.share_group_state_decoder:
+        parser = ShareGroupStateParser()
     else:
         parser = DecoderParser(DECODERS[args.key_decoder_class or DEFAULT_DECODER],
                                DECODERS[args.value_decoder_class or DEFAULT_DECODER])
     print_data_log = (args.print_data_log or args.offsets_decoder or args.transaction_log_decoder
-                      or args.cluster_metadata_decoder or args.key_decoder_class is not None
+                      or args.cluster_metadata_decoder or args.share_group_state_decoder
+                      or args.key_decoder_class is not None
                       or args.value_decoder_class is not None)
     return DumpOptions(
         print_data_log=print_data_log,

@@ -2,8 +2,9 @@
 
 A parser turns one record into the (key, payload) texts printed after `key:` and `payload:`
 (None leaves the field out): the plain decoders of `--key-decoder-class`/`--value-decoder-class`
-(String, Integer, Long), `--offsets-decoder` and `--transaction-log-decoder` (the coordinator
-records of `__consumer_offsets` and `__transaction_state` as Kafka's JSON: the key as
+(String, Integer, Long), `--offsets-decoder`, `--transaction-log-decoder` and
+`--share-group-state-decoder` (the coordinator records of `__consumer_offsets`, share groups'
+included, `__transaction_state` and `__share_group_state` as Kafka's JSON: the key as
 {"type":"<record type>","data":{..}}, the value as {"version":"<v>","data":{..}}, a tombstone as
 <DELETE>) and `--cluster-metadata-decoder` (the payload {"type":"TOPIC_RECORD","version":0,
 "data":{..}}). Control records are described by `control_record_text`. The JSON is what Kafka's
@@ -38,16 +39,24 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 DELETE = "<DELETE>"
 
 # Record types of __consumer_offsets (Kafka's group CoordinatorRecordType); key versions 0 and
-# 1 are both an offset commit, any other key version is the record type itself.
+# 1 are both an offset commit, any other key version is the record type itself. 10-15 are
+# share groups' (coordinator/group/share_group.py); 9, ShareGroupPartitionMetadata, left
+# Kafka before 4.0 and is not written.
 GROUP_RECORD_TYPES = {
     1: "OffsetCommit", 2: "GroupMetadata", 3: "ConsumerGroupMetadata",
     4: "ConsumerGroupPartitionMetadata", 5: "ConsumerGroupMemberMetadata",
     6: "ConsumerGroupTargetAssignmentMetadata", 7: "ConsumerGroupTargetAssignmentMember",
     8: "ConsumerGroupCurrentMemberAssignment",
+    10: "ShareGroupMemberMetadata", 11: "ShareGroupMetadata",
+    12: "ShareGroupTargetAssignmentMetadata", 13: "ShareGroupTargetAssignmentMember",
+    14: "ShareGroupCurrentMemberAssignment", 15: "ShareGroupStatePartitionMetadata",
 }
 LEGACY_OFFSET_COMMIT_KEY_VERSION = 0
 # Record types of __transaction_state (Kafka's transaction CoordinatorRecordType).
 TRANSACTION_RECORD_TYPES = {0: "TransactionLog"}
+# Record types of __share_group_state (Kafka's share CoordinatorRecordType,
+# coordinator/share/records.py): a share-partition's whole state, and a delta over it.
+SHARE_STATE_RECORD_TYPES = {0: "ShareSnapshot", 1: "ShareUpdate"}
 
 # What Kafka prints before the JSON of each KRaft control record, by control type.
 _CONTROL_LABELS = {
@@ -248,6 +257,13 @@ class TransactionLogParser(CoordinatorRecordParser):
 
     def __init__(self) -> None:
         super().__init__(TRANSACTION_RECORD_TYPES)
+
+
+class ShareGroupStateParser(CoordinatorRecordParser):
+    """`--share-group-state-decoder`: the records of `__share_group_state`."""
+
+    def __init__(self) -> None:
+        super().__init__(SHARE_STATE_RECORD_TYPES)
 
 
 # -- cluster metadata (--cluster-metadata-decoder) ------------------------------------------------

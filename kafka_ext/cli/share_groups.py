@@ -12,9 +12,10 @@ ShareGroupDescribe with Kafka's schema (keys 76/77 are Kafka's only to a stock c
 tool names itself `kafka-ext-share-groups` in ApiVersions), ListGroups v5 with the "share" type
 to every broker, DescribeShareGroupOffsets v1, AlterShareGroupOffsets, DeleteShareGroupOffsets
 and DeleteGroups at the group's coordinator. Topic layouts and log offsets come from
-confluent-kafka, through consumer-groups' Service and GroupOffsetsResetter pieces, whose tables
-and messages this tool shares. As every kafka-ext tool, a printed error exits 1 and a usage
-error 2 (Kafka's tool exits 1 for both, and 0 after a failed --delete or --delete-offsets).
+confluent-kafka, through consumer-groups' Service and GroupOffsetsResetter pieces, whose flags,
+checks, tables and messages this tool shares. As every kafka-ext tool, a printed error exits 1
+and a usage error 2 (Kafka's tool exits 1 for both, and 0 after a failed --delete or
+--delete-offsets).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from confluent_kafka.admin import OffsetSpec
 from kafka_ext.cli import consumer_groups as cg
 from kafka_ext.cli.broker_connection import SaslAuthenticationError, open_connection
 from kafka_ext.cli.client_config import UsageError
+from kafka_ext.cli.consumer_groups import conflict, jopt, table_line
 from kafka_ext.cli.java_errors import java_exception
 from kafka_ext.client.probe import identify, round_trip, shadowed_round_trip
 from kafka_ext.protocol.api_keys import SHARE_GROUP_DESCRIBE, ApiKey
@@ -95,57 +97,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "share-groups", help="list, describe, delete share groups and reset their offsets "
                              "(kafka-share-groups.sh)",
         description="This tool helps to list, describe, reset and delete share groups.")
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="REQUIRED: The server(s) to connect to.")
-    parser.add_argument("--command-config", metavar="FILE",
-                        help="Property file containing configs to be passed to Admin Client.")
-    parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
-                        help="timeout of each request in ms (default 30000)")
-    parser.add_argument("--list", action="store_true", help="List all share groups.")
-    parser.add_argument("--describe", action="store_true",
-                        help="Describe share group, members and offset information.")
-    parser.add_argument("--delete", action="store_true", help="Delete share group.")
-    parser.add_argument("--reset-offsets", action="store_true",
-                        help="Reset offsets of share group. Supports one share group at the "
-                             "time, and instances must be inactive.")
-    parser.add_argument("--delete-offsets", action="store_true",
-                        help="Delete offsets of share group. Supports one share group at the "
-                             "time, and multiple topics.")
-    parser.add_argument("--group", action="append", default=[], dest="groups", metavar="GROUP",
-                        help="The share group we wish to act on (repeatable).")
-    parser.add_argument("--all-groups", action="store_true", help="Apply to all share groups.")
-    parser.add_argument("--topic", action="append", default=[], dest="topics", metavar="TOPIC",
-                        help="The topic whose offset information should be deleted or included "
-                             "in the reset offset process (topic:0,1,2 for some partitions).")
-    parser.add_argument("--all-topics", action="store_true",
-                        help="Consider all topics assigned to a share group in the "
-                             "'reset-offsets' process.")
-    parser.add_argument("--members", action="store_true", help="Describe members of the group.")
-    parser.add_argument("--offsets", action="store_true",
-                        help="Describe the group's partitions with their start offsets and lag "
-                             "(the default).")
-    parser.add_argument("--verbose", action="store_true",
-                        help="Provide additional information, if any, when describing the group.")
-    parser.add_argument("--state", nargs="?", const="", default=None, metavar="STATES",
-                        help="--describe: the group's state; --list: each group's state, or only "
-                             "groups in these comma-separated states (Empty, Stable, Dead)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="Only show results without executing changes on share groups.")
-    parser.add_argument("--execute", action="store_true", help="Execute operation.")
-    parser.add_argument("--to-datetime", metavar="DATETIME",
-                        help="Reset offsets to offset from datetime. Format: "
-                             "'YYYY-MM-DDThh:mm:ss.sss'")
-    parser.add_argument("--to-earliest", action="store_true",
-                        help="Reset offsets to earliest offset.")
-    parser.add_argument("--to-latest", action="store_true", help="Reset offsets to latest offset.")
+    cg.add_group_tool_arguments(parser, "share", DEFAULT_TIMEOUT_MS, VALID_STATES)
     parser.set_defaults(run=run)
-
-
-_opt = cg._opt
-
-
-def _conflict(used: str, other: str) -> UsageError:
-    return UsageError(f'Option "{_opt(used)}" can\'t be used with option "{_opt(other)}"')
 
 
 def check_args(args: argparse.Namespace) -> str:
@@ -153,69 +106,54 @@ def check_args(args: argparse.Namespace) -> str:
     action_flags = [a for a in ACTIONS if getattr(args, a)]
     for flag in ("members", "offsets", "verbose"):
         if getattr(args, flag) and not args.describe:
-            raise UsageError(f"Option(s) {_opt(flag)} are unavailable given other options on "
+            raise UsageError(f"Option(s) {jopt(flag)} are unavailable given other options on "
                              "the command line")
     if args.state is not None and not (args.describe or args.list):
-        raise UsageError(f"Option(s) {_opt('state')} are unavailable given other options on "
+        raise UsageError(f"Option(s) {jopt('state')} are unavailable given other options on "
                          "the command line")
-    scope = f"{_opt('all-groups')}, {_opt('group')}"
     if args.describe:
-        if not args.groups and not args.all_groups:
-            raise UsageError(f"Option {_opt('describe')} takes one of these options: {scope}")
-        if sum(map(bool, (args.members, args.offsets, args.state is not None))) > 1:
-            raise UsageError(f"Option {_opt('describe')} takes at most one of these options: "
-                             f"{_opt('members')}, {_opt('offsets')}, {_opt('state')}")
-        if args.state:
-            raise UsageError(f"Option {_opt('describe')} does not take a value for "
-                             f"{_opt('state')}")
+        cg.check_describe(args)
     if args.delete:
         if not args.groups and not args.all_groups:
-            raise UsageError(f"Option {_opt('delete')} takes the options {_opt('group')} or "
-                             f"{_opt('all-groups')}.")
+            raise UsageError(f"Option {jopt('delete')} takes the options {jopt('group')} or "
+                             f"{jopt('all-groups')}.")
         if args.groups and args.all_groups:
-            raise UsageError(f"Option {_opt('delete')} takes either {_opt('group')} or "
-                             f"{_opt('all-groups')}, not both.")
+            raise UsageError(f"Option {jopt('delete')} takes either {jopt('group')} or "
+                             f"{jopt('all-groups')}, not both.")
         if args.topics or args.all_topics:
-            raise UsageError(f"Option {_opt('delete')} does not take the options "
-                             f"{_opt('topic')} or {_opt('all-topics')}.")
+            raise UsageError(f"Option {jopt('delete')} does not take the options "
+                             f"{jopt('topic')} or {jopt('all-topics')}.")
     if args.delete_offsets and (not args.groups or not args.topics):
-        raise UsageError(f"Option {_opt('delete-offsets')} takes the following options: "
-                         f"{_opt('group')}, {_opt('topic')}")
+        raise UsageError(f"Option {jopt('delete-offsets')} takes the following options: "
+                         f"{jopt('group')}, {jopt('topic')}")
     scenarios = [s for s in SCENARIOS if getattr(args, s)]
     if args.reset_offsets:
         if args.dry_run and args.execute:
-            raise UsageError(f"Option {_opt('reset-offsets')} only accepts one of "
-                             f"{_opt('execute')} and {_opt('dry-run')}")
+            raise UsageError(f"Option {jopt('reset-offsets')} only accepts one of "
+                             f"{jopt('execute')} and {jopt('dry-run')}")
         if not args.dry_run and not args.execute:
-            raise UsageError(f"Option {_opt('reset-offsets')} takes the option: "
-                             f"{_opt('execute')} or {_opt('dry-run')}")
+            raise UsageError(f"Option {jopt('reset-offsets')} takes the option: "
+                             f"{jopt('execute')} or {jopt('dry-run')}")
         if not args.groups:
-            raise UsageError(f"Option {_opt('reset-offsets')} takes the option: "
-                             f"{_opt('group')}")
+            raise UsageError(f"Option {jopt('reset-offsets')} takes the option: "
+                             f"{jopt('group')}")
         if not args.topics and not args.all_topics:
-            raise UsageError(f"Option {_opt('reset-offsets')} takes one of these options: "
-                             f"{_opt('all-topics')}, {_opt('topic')}")
+            raise UsageError(f"Option {jopt('reset-offsets')} takes one of these options: "
+                             f"{jopt('all-topics')}, {jopt('topic')}")
         if args.topics and args.all_topics:
-            raise _conflict("topic", "all-topics")
+            raise conflict("topic", "all-topics")
         if not scenarios:
-            raise UsageError(f"Option {_opt('reset-offsets')} takes one of these options: "
-                             + ", ".join(_opt(s) for s in SCENARIOS))
+            raise UsageError(f"Option {jopt('reset-offsets')} takes one of these options: "
+                             + ", ".join(jopt(s) for s in SCENARIOS))
         if len(scenarios) > 1:
-            raise _conflict(scenarios[0], scenarios[1])
+            raise conflict(scenarios[0], scenarios[1])
         if args.to_datetime is not None:
             cg.parse_datetime(args.to_datetime)
     else:
         for flag in (*scenarios, *(f for f in ("dry_run", "execute", "all_topics")
                                    if getattr(args, f))):
-            raise UsageError(f"Option {_opt(flag)} can only be used with {_opt('reset-offsets')}")
-    if args.groups and args.all_groups:
-        raise _conflict("group", "all-groups")
-    if args.groups and args.list:
-        raise _conflict("group", "list")
-    if args.topics:
-        for other in ("list", "describe"):
-            if getattr(args, other):
-                raise _conflict("topic", other)
+            raise UsageError(f"Option {jopt(flag)} can only be used with {jopt('reset-offsets')}")
+    cg.check_conflicts(args, action_flags)
     if len(action_flags) != 1:
         raise UsageError("Command must include exactly one action: --list, --describe, --delete, "
                          "--reset-offsets, --delete-offsets.")
@@ -228,12 +166,7 @@ def check_args(args: argparse.Namespace) -> str:
 
 def parse_states(text: str) -> set[str]:
     """`--state stable,empty`; a state that is not a share group's is refused."""
-    by_lower = {s.lower(): s for s in VALID_STATES}
-    parsed = {by_lower.get(s.strip().lower(), "Unknown") for s in text.split(",")}
-    if not parsed <= set(VALID_STATES):
-        raise UsageError(f"Invalid state list '{text}'. Valid states are: "
-                         + ", ".join(VALID_STATES))
-    return parsed
+    return cg.parse_names(text, VALID_STATES, "state", "states")
 
 
 # --- what the broker answers -------------------------------------------------------------------
@@ -348,7 +281,7 @@ class ShareGroupService:
         try:
             brokers = self.admin.admin.list_topics(timeout=self.timeout_s).brokers
         except KafkaException as exc:
-            raise CommandFailed(cg._message(exc)) from None
+            raise CommandFailed(cg.kafka_message(exc)) from None
         request = registry()["ListGroupsRequest"].cls(
             states_filter=sorted(states or ()), types_filter=["share"])
         out: dict[str, str] = {}
@@ -463,13 +396,10 @@ class ShareGroupService:
 # --- the tables --------------------------------------------------------------------------------
 
 
-_line = cg._line
-
-
 def format_group_list(groups: Sequence[tuple[str, str]]) -> str:
     """--list --state: GROUP and STATE (ShareGroupService.printGroupInfo)."""
     widths = [max([15, *(len(g) for g, _ in groups)]), 0]
-    return "".join(_line(widths, row) + "\n" for row in [("GROUP", "STATE"), *groups])
+    return "".join(table_line(widths, row) + "\n" for row in [("GROUP", "STATE"), *groups])
 
 
 def format_offsets(group: str, rows: Sequence[StartOffset], verbose: bool) -> str:
@@ -483,12 +413,12 @@ def format_offsets(group: str, rows: Sequence[StartOffset], verbose: bool) -> st
     else:
         widths = [group_w, topic_w, 10, 13, 0]
         header = ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
-    out = ["\n" + _line(widths, header)]
+    out = ["\n" + table_line(widths, header)]
     for r in rows:
         cells: list[object] = [group, r.topic, r.partition]
         if verbose:
             cells.append(r.leader_epoch)
-        out.append("\n" + _line(widths, [*cells, r.start_offset, r.lag]))
+        out.append("\n" + table_line(widths, [*cells, r.start_offset, r.lag]))
     return "".join(out) + "\n"
 
 
@@ -512,13 +442,13 @@ def format_members(description: ShareGroupDescription, verbose: bool) -> str:
     else:
         widths = [group_w, consumer_w, host_w, client_w, 12, 0]
         header = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
-    out = ["\n" + _line(widths, header)]
+    out = ["\n" + table_line(widths, header)]
     for m in members:
         cells: list[object] = [description.group, m.member_id, m.host, m.client_id,
                                len(m.assignment)]
         if verbose:
             cells.append(m.member_epoch)
-        out.append("\n" + _line(widths, [*cells, assignment_string(m.assignment)]))
+        out.append("\n" + table_line(widths, [*cells, assignment_string(m.assignment)]))
     return "".join(out) + "\n"
 
 
@@ -539,15 +469,15 @@ def format_state(description: ShareGroupDescription, verbose: bool) -> str:
         widths = [group_w, coordinator_w, 15, 0]
         header = ["GROUP", "COORDINATOR (ID)", "STATE", "#MEMBERS"]
         cells = [description.group, coordinator, description.state, len(description.members)]
-    return "\n" + _line(widths, header) + "\n" + _line(widths, cells) + "\n"
+    return "\n" + table_line(widths, header) + "\n" + table_line(widths, cells) + "\n"
 
 
 def format_delete_offsets(results: dict[str, GroupError | None]) -> str:
     """The TOPIC/STATUS table of --delete-offsets (ShareGroupService.deleteOffsets)."""
     widths = [max([15, *(len(t) for t in results)]), 0]
-    out = ["\n" + _line(widths, ["TOPIC", "STATUS"])]
+    out = ["\n" + table_line(widths, ["TOPIC", "STATUS"])]
     for topic, error in sorted(results.items()):
-        out.append("\n" + _line(widths, [topic, "Successful" if error is None
+        out.append("\n" + table_line(widths, [topic, "Successful" if error is None
                                          else f"Error: {error.message}"]))
     return "".join(out) + "\n"
 
@@ -630,9 +560,9 @@ def reset_offsets(service: ShareGroupService, args: argparse.Namespace) -> int:
         partitions = resetter.partitions_to_reset(group)
     resetter.check_valid(partitions)
     if args.to_earliest:
-        plan = resetter._offsets(partitions, OffsetSpec.earliest(), "starting")
+        plan = resetter.offsets_at(partitions, OffsetSpec.earliest(), "starting")
     elif args.to_latest:
-        plan = resetter._offsets(partitions, OffsetSpec.latest(), "ending")
+        plan = resetter.offsets_at(partitions, OffsetSpec.latest(), "ending")
     else:
         plan = resetter.by_timestamp(partitions, cg.parse_datetime(args.to_datetime))
     if args.execute and plan:
@@ -720,7 +650,7 @@ def run(args: argparse.Namespace) -> int:
         cg.print_error(f"Executing share group command failed due to {exc}")
         return 1
     except KafkaException as exc:
-        cg.print_error(f"Executing share group command failed due to {cg._message(exc)}")
+        cg.print_error(f"Executing share group command failed due to {cg.kafka_message(exc)}")
         return 1
     finally:
         service.close()

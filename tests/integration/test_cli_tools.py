@@ -9,6 +9,7 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 import pytest
@@ -18,6 +19,7 @@ from clients import (
     make_records,
     new_topic_name,
     produce_confluent,
+    wait_until,
 )
 
 from tests.integration.conftest import BrokerProcess, run_cli
@@ -163,6 +165,86 @@ def test_dump_log_shows_what_was_produced(broker: BrokerProcess) -> None:
                      separators=(",", ":"))
     [commit] = [line for line in commits.stdout.splitlines() if f"key: {key} " in line]
     assert json.loads(commit.split(" payload: ")[1])["data"]["offset"] == 7
+
+
+def coordinator_records(broker: BrokerProcess, topic: str, decoder: str, group: str
+                        ) -> list[tuple[dict[str, Any], Any]]:
+    """(key, payload) JSON of the group's records in every partition of a coordinator's
+    internal topic, as `dump-log <decoder>` prints them (a tombstone's payload is None)."""
+    logs = sorted(broker.data_dir.glob(f"{topic}-*/{SEGMENT}"))
+    dumped = tool("dump-log", decoder, "--files", ",".join(map(str, logs)))
+    assert dumped.returncode == 0, dumped.stderr
+    out = []
+    for line in dumped.stdout.splitlines():
+        if " key: " not in line:
+            continue
+        key_text, payload_text = line.split(" key: ", 1)[1].split(" payload: ")
+        key = json.loads(key_text)
+        if key["data"].get("groupId") == group:
+            out.append((key, None if payload_text == "<DELETE>" else json.loads(payload_text)))
+    return out
+
+
+def test_dump_log_decodes_share_group_records_of_both_coordinators(broker: BrokerProcess
+                                                                   ) -> None:
+    """After a share consumer read and acknowledged 3 records: its group's records in
+    __consumer_offsets (types 10-15) and its share-partition's in __share_group_state
+    (ShareSnapshot, then ShareUpdates up to the start offset past the records)."""
+    topic, group = new_topic_name("dl-share"), new_topic_name("dl-share-group")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    produce_confluent(broker.bootstrap, topic, make_records(3))
+    done = tool("configs", "--bootstrap-server", broker.bootstrap, "--alter", "--group", group,
+                "--add-config", "share.auto.offset.reset=earliest")
+    assert done.returncode == 0, done.stderr
+    consumer = confluent_kafka.ShareConsumer({"bootstrap.servers": broker.bootstrap,
+                                              "group.id": group})
+    consumer.subscribe([topic])
+    try:
+        offsets: list[int] = []
+
+        def polled_all() -> bool:
+            for message in consumer.poll(0.5) or []:
+                offset = message.offset()
+                assert message.error() is None and offset is not None, message.error()
+                offsets.append(offset)
+            return len(offsets) >= 3
+        wait_until(polled_all, 30, "3 records for the share consumer")
+        assert sorted(offsets) == [0, 1, 2]
+        consumer.commit_sync()  # implicit mode: accepts them
+
+        def state_past_the_records() -> list[tuple[dict[str, Any], Any]] | None:
+            records = coordinator_records(broker, "__share_group_state",
+                                          "--share-group-state-decoder", group)
+            done = records and records[-1][1]["data"]["startOffset"] == 3
+            return records if done else None
+        state = wait_until(state_past_the_records, 20, "the acknowledgements' ShareUpdate")
+    finally:
+        consumer.close()
+
+    group_records = coordinator_records(broker, "__consumer_offsets", "--offsets-decoder", group)
+    assert {key["type"] for key, _ in group_records} == {"10", "11", "12", "13", "14", "15"}
+    member_id = next(key["data"]["memberId"] for key, _ in group_records if key["type"] == "10")
+    [member] = [value["data"] for key, value in group_records if key["type"] == "10" and value]
+    assert member["subscribedTopicNames"] == [topic]
+    partitions = [value["data"] for key, value in group_records if key["type"] == "15"]
+    [initialized] = partitions[-1]["initializedTopics"]
+    assert (initialized["topicName"], initialized["partitions"]) == (topic, [0])
+    assert partitions[-1]["initializingTopics"] == []
+    topic_id = initialized["topicId"]
+    assert {"topicId": topic_id, "partitions": [0]} in [
+        tp for key, value in group_records if key["type"] == "14" and value
+        for tp in value["data"]["assignedPartitions"]]
+    assert all(key["data"]["memberId"] == member_id
+               for key, _ in group_records if key["type"] in ("10", "13", "14"))
+
+    # The share coordinator: one snapshot at initialization, then deltas over it.
+    assert all(key["data"] == {"groupId": group, "topicId": topic_id, "partition": 0}
+               for key, _ in state)
+    assert [key["type"] for key, _ in state] == ["0"] + ["1"] * (len(state) - 1)
+    snapshot, last = state[0][1], state[-1][1]
+    assert snapshot["version"] == "0"
+    assert (snapshot["data"]["snapshotEpoch"], snapshot["data"]["stateBatches"]) == (0, [])
+    assert (last["data"]["snapshotEpoch"], last["data"]["stateBatches"]) == (0, [])
 
 
 def test_producer_perf_test_then_consumer_perf_test(broker: BrokerProcess) -> None:

@@ -24,6 +24,15 @@ from kafka_ext.coordinator.group.records import (
     offset_commit_key,
     offset_commit_value,
 )
+from kafka_ext.coordinator.share.records import (
+    SHARE_SNAPSHOT_RECORD_TYPE,
+    SHARE_UPDATE_RECORD_TYPE,
+    ShareSnapshot,
+    ShareUpdate,
+    share_snapshot_value,
+    share_state_key,
+    share_update_value,
+)
 from kafka_ext.coordinator.txn.records import transaction_log_key
 from kafka_ext.protocol.messages import registry
 from kafka_ext.protocol.record_batch import read_batch_header, update_crc
@@ -33,6 +42,7 @@ from kafka_ext.protocol.records import (
     build_batch,
     build_end_txn_marker,
 )
+from kafka_ext.share.persister import DeliveryState, SharePartitionKey, StateBatch
 from kafka_ext.storage.checkpoints import kafka_uuid_to_str
 from kafka_ext.storage.producer_state import BatchMetadata, ProducerStateEntry, encode_snapshot
 from kafka_ext.storage.transaction_index import AbortedTxn, encode_aborted_txn
@@ -217,6 +227,46 @@ def test_transaction_log_decoder(tmp_path: Path, capsys: pytest.CaptureFixture[s
         "producerId": 3, "producerEpoch": 1, "transactionTimeoutMs": 60000,
         "transactionStatus": 1, "transactionPartitions": [{"topic": "t", "partitionIds": [0, 1]}],
         "transactionLastUpdateTimestampMs": 9, "transactionStartTimestampMs": 8}}
+
+
+def test_share_group_state_decoder_prints_snapshots_updates_and_tombstones(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    topic_id = uuid.UUID(int=0x1234)
+    key = SharePartitionKey("g", topic_id, 3)
+    snapshot = ShareSnapshot(snapshot_epoch=0, state_epoch=1, leader_epoch=2, start_offset=10,
+                             delivery_complete_count=3, create_timestamp_ms=5,
+                             write_timestamp_ms=6,
+                             batches=(StateBatch(10, 12, DeliveryState.AVAILABLE, 1),))
+    update = ShareUpdate(snapshot_epoch=0, leader_epoch=2, start_offset=13,
+                         delivery_complete_count=2,
+                         batches=(StateBatch(13, 14, DeliveryState.ACKNOWLEDGED, 1),))
+    records = [Record(0, 1, share_state_key(SHARE_SNAPSHOT_RECORD_TYPE, key),
+                      share_snapshot_value(snapshot)),
+               Record(1, 1, share_state_key(SHARE_UPDATE_RECORD_TYPE, key),
+                      share_update_value(update)),
+               Record(2, 1, share_state_key(SHARE_SNAPSHOT_RECORD_TYPE, key), None),
+               Record(3, 1, struct.pack(">h", 7) + b"?", b"")]
+    path = tmp_path / f"{NAME}.log"
+    path.write_bytes(build_batch(records))
+    code, lines, _ = dump(capsys, "--files", str(path), "--share-group-state-decoder")
+    assert code == 0
+    record_lines = [line for line in lines if line.startswith("|")]
+    key_json = {"groupId": "g", "topicId": kafka_uuid_to_str(topic_id), "partition": 3}
+    assert _payload_json(record_lines[0]) == ({"type": "0", "data": key_json}, {
+        "version": "0", "data": {
+            "snapshotEpoch": 0, "stateEpoch": 1, "leaderEpoch": 2, "startOffset": 10,
+            "deliveryCompleteCount": 3, "createTimestamp": 5, "writeTimestamp": 6,
+            "stateBatches": [
+                {"firstOffset": 10, "lastOffset": 12, "deliveryState": 0,
+                 "deliveryCount": 1}]}})
+    assert _payload_json(record_lines[1]) == ({"type": "1", "data": key_json}, {
+        "version": "0", "data": {
+            "snapshotEpoch": 0, "leaderEpoch": 2, "startOffset": 13,
+            "deliveryCompleteCount": 2, "stateBatches": [
+                {"firstOffset": 13, "lastOffset": 14, "deliveryState": 2,
+                 "deliveryCount": 1}]}})
+    assert _payload_json(record_lines[2]) == ({"type": "0", "data": key_json}, "<DELETE>")
+    assert record_lines[3].endswith(" key: Unknown record type 7 at offset 3, skipping.")
 
 
 def test_producer_snapshot_and_transaction_index(tmp_path: Path,
