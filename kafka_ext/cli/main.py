@@ -23,6 +23,7 @@ from kafka_ext.cli import (
     delete_records,
     docker_entrypoint,
     dump_log,
+    features,
     get_offsets,
     healthcheck,
     leader_election,
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     log_dirs.add_parser(subparsers)
     reassign_partitions.add_parser(subparsers)
     leader_election.add_parser(subparsers)
+    features.add_parser(subparsers)
     acls.add_parser(subparsers)
     chunks.add_parser(subparsers)
     storage.add_parser(subparsers)

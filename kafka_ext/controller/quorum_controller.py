@@ -46,6 +46,7 @@ from kafka_ext.controller.cluster_control import (
     registration_records,
     unfence_records,
 )
+from kafka_ext.controller.features import FeatureUpdate, feature_records
 from kafka_ext.controller.image import (
     BROKER_RESOURCE,
     MODE_NONE,
@@ -889,6 +890,16 @@ class QuorumController:
             if records:
                 await self._commit(records)
             return outcomes
+
+    async def update_features(self, updates: list[FeatureUpdate], validate_only: bool) -> None:
+        """UpdateFeatures: every change committed together, or KafkaError
+        INVALID_UPDATE_VERSION for the first refused (controller/features.py)."""
+        async with self._lock:
+            records = feature_records(self.image, self.node_id, updates)
+            if records and not validate_only:
+                await self._commit(records)
+                for update in updates:
+                    log.info("feature %s finalized at level %d", update.name, update.level)
 
     async def create_acls(self, acls: list[AclEntry]) -> list[tuple[ErrorCode, str | None]]:
         async with self._lock:

@@ -15,29 +15,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from kafka_ext.controller.image import ELR_VERSION_FEATURE
+from kafka_ext.controller.features import GROUP_VERSION_FEATURE, SUPPORTED_FEATURES
 from kafka_ext.protocol.api_keys import ApiKey, Audience, advertised_ranges, peer_audience
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.messages import registry
 from kafka_ext.server.dispatcher import PEER_AUDIENCE, RequestContext, peer_audience_of
-from kafka_ext.storage.formatter import (
-    KRAFT_VERSION_FEATURE,
-    METADATA_VERSION_FEATURE,
-    METADATA_VERSIONS,
-    SHARE_VERSION_FEATURE,
-)
+from kafka_ext.storage.formatter import SHARE_VERSION_FEATURE
 
 # The first version with ClientSoftwareName (KIP-511) and the features (KIP-584).
 CLIENT_SOFTWARE_VERSION = 3
 
-# The features whose levels this broker honours, and the levels it supports.
-SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
-    METADATA_VERSION_FEATURE: (min(METADATA_VERSIONS.values()), max(METADATA_VERSIONS.values())),
-    KRAFT_VERSION_FEATURE: (0, 0),
-    "group.version": (0, 1),
-    SHARE_VERSION_FEATURE: (0, 1),
-    ELR_VERSION_FEATURE: (0, 1),
-}
 
 
 def api_versions_response(implemented: Iterable[int], peer: Audience = Audience.CLIENT,
@@ -63,12 +50,19 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
         finalized = {name: level for name, level in image.features.items()
                      if name in SUPPORTED_FEATURES}
         finalized[SHARE_VERSION_FEATURE] = share_version(ctx.broker)
+        finalized[GROUP_VERSION_FEATURE] = group_version(ctx.broker)
         response.finalized_features_epoch = image.offset
         response.finalized_features = [
             response.FinalizedFeatureKey(name=name, min_version_level=level,
                                          max_version_level=level)
             for name, level in sorted(finalized.items()) if level > 0]
     return response
+
+
+def group_version(broker: Any) -> int:
+    """The group.version in force: the finalized level, 1 when never finalized (the KIP-848
+    consumer group protocol is served unless a level of 0 turns it off, as on Kafka 4.x)."""
+    return int(broker.controller.image.features.get(GROUP_VERSION_FEATURE, 1))
 
 
 def share_version(broker: Any) -> int:

@@ -61,6 +61,7 @@ from kafka_ext.server import (
     authentication,
     chunks,
     diskless,
+    features,
     forwarding,
     groups,
     list_offsets,
@@ -274,6 +275,7 @@ class Broker:
             ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.handle_consumer_group_heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
             ApiKey.DESCRIBE_TOPIC_PARTITIONS: metadata.handle_describe_topic_partitions,
+            ApiKey.UPDATE_FEATURES: features.handle_update_features,
             **diskless.HANDLERS,  # KIP-1164 coordinator APIs 93-98, 100
             **reassignment.HANDLERS,  # ElectLeaders, Alter/ListPartitionReassignments
             **partition_count.HANDLERS,  # KIP-253, partition reduction

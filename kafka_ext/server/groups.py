@@ -43,6 +43,7 @@ from kafka_ext.coordinator.share.coordinator import parse_coordinator_key
 from kafka_ext.protocol.errors import ErrorCode, KafkaError
 from kafka_ext.protocol.messages import registry
 from kafka_ext.security.acl import AclOperation, ResourceType
+from kafka_ext.server.api_versions import group_version
 from kafka_ext.server.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
     authorized_operations,
@@ -577,6 +578,8 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
         subscribed_topic_regex=regex, server_assignor=request.server_assignor,
         owned=_owned(request), client_id=ctx.client_id or "", client_host=_client_host(ctx))
     try:
+        if group_version(ctx.broker) < 1:  # the consumer group protocol is off (KIP-848)
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "The version of API is not supported.")
         _require_group(ctx, AclOperation.READ, request.group_id)
         if subscribed and len(authorized_topics(ctx, AclOperation.DESCRIBE, subscribed)) < len(
                 set(subscribed)):
