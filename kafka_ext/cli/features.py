@@ -33,6 +33,8 @@ from kafka_ext.storage.formatter import (
     LATEST_METADATA_VERSION,
     METADATA_VERSION_FEATURE,
     METADATA_VERSIONS,
+    FormatError,
+    parse_release_version,
 )
 
 TIMEOUT_S = 30.0
@@ -90,13 +92,10 @@ def run(args: argparse.Namespace) -> int:
 
 def metadata_level(release: str) -> int:
     """A metadata.version level from a release name ("3.9-IV0", or "3.9" for its last)."""
-    if release in METADATA_VERSIONS:
-        return METADATA_VERSIONS[release]
-    last = [level for name, level in METADATA_VERSIONS.items() if name.startswith(f"{release}-")]
-    if not last:
-        raise UsageError(f"Unsupported metadata.version {release}. Supported "
-                         f"metadata.version are {', '.join(METADATA_VERSIONS)}")
-    return max(last)
+    try:
+        return parse_release_version(release)[1]
+    except FormatError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def release_name(level: int) -> str:
