@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from kafka_ext.cli import (
     acls,
     chunks,
+    cluster,
     configs,
     console_consumer,
     console_producer,
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     reassign_partitions.add_parser(subparsers)
     leader_election.add_parser(subparsers)
     features.add_parser(subparsers)
+    cluster.add_parser(subparsers)
     acls.add_parser(subparsers)
     chunks.add_parser(subparsers)
     storage.add_parser(subparsers)

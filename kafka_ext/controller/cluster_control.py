@@ -214,6 +214,17 @@ def fence_records(image: MetadataImage, broker_id: int, policy: ElectionPolicy) 
             *_without(image, broker_id, policy)]
 
 
+def unregister_records(image: MetadataImage, broker_id: int, policy: ElectionPolicy) -> list[Any]:
+    """UnregisterBroker: the broker leaves every ISR and leadership as when fenced, then its
+    registration goes (BROKER_ID_NOT_REGISTERED when it has none)."""
+    known = image.brokers.get(broker_id)
+    if known is None:
+        raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED,
+                         f"Broker ID {broker_id} is not currently registered")
+    return [*_without(image, broker_id, policy),
+            _new("UnregisterBrokerRecord", broker_id=broker_id, broker_epoch=known.broker_epoch)]
+
+
 def controlled_shutdown_records(image: MetadataImage, broker_id: int,
                                 policy: ElectionPolicy) -> list[Any]:
     """Controlled shutdown: marked as shutting down; its leaderships move to another alive

@@ -45,6 +45,7 @@ from kafka_ext.controller.cluster_control import (
     offline_dir_records,
     registration_records,
     unfence_records,
+    unregister_records,
 )
 from kafka_ext.controller.features import FeatureUpdate, feature_records
 from kafka_ext.controller.image import (
@@ -890,6 +891,13 @@ class QuorumController:
             if records:
                 await self._commit(records)
             return outcomes
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        """UnregisterBroker (kafka-cluster.sh unregister): a broker gone for good leaves the
+        ISRs and the registrations; BROKER_ID_NOT_REGISTERED when it was not registered."""
+        async with self._lock:
+            await self._commit(unregister_records(self.image, broker_id, self))
+            log.info("broker %d unregistered", broker_id)
 
     async def update_features(self, updates: list[FeatureUpdate], validate_only: bool) -> None:
         """UpdateFeatures: every change committed together, or KafkaError

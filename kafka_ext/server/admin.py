@@ -415,6 +415,20 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
 
 # -- cluster -----------------------------------------------------------------------------------
 
+async def handle_unregister_broker(ctx: RequestContext, request: Any) -> Any:
+    """UnregisterBroker (64): an operator removes a broker that is gone for good (ALTER on
+    the cluster); forwarded to the active controller."""
+    Response = _reg["UnregisterBrokerResponse"].cls
+    if not cluster_authorized(ctx, AclOperation.ALTER):
+        return Response(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                        error_message=None)
+    try:
+        await ctx.broker.controller.unregister_broker(request.broker_id)
+    except KafkaError as exc:
+        return Response(throttle_time_ms=0, error_code=exc.code, error_message=exc.message)
+    return Response(throttle_time_ms=0, error_code=0, error_message=None)
+
+
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     """The brokers (or, KIP-919, the controllers: that needs ALTER on the cluster, as on
     Kafka's controllers) and, KIP-430, what the principal may do to the cluster when asked."""

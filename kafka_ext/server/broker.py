@@ -276,6 +276,7 @@ class Broker:
             ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
             ApiKey.DESCRIBE_TOPIC_PARTITIONS: metadata.handle_describe_topic_partitions,
             ApiKey.UPDATE_FEATURES: features.handle_update_features,
+            ApiKey.UNREGISTER_BROKER: admin.handle_unregister_broker,
             **diskless.HANDLERS,  # KIP-1164 coordinator APIs 93-98, 100
             **reassignment.HANDLERS,  # ElectLeaders, Alter/ListPartitionReassignments
             **partition_count.HANDLERS,  # KIP-253, partition reduction
@@ -784,6 +785,7 @@ _CONTROLLER_APIS = frozenset({
     ApiKey.DELETE_PARTITIONS, ApiKey.CREATE_CHUNKS, ApiKey.ALTER_CHUNK_ASSIGNMENTS,
     ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.DESCRIBE_ACLS,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ApiKey.UPDATE_FEATURES, ApiKey.UNREGISTER_BROKER,
 })
 
 

@@ -52,7 +52,7 @@ FORWARDED_APIS = frozenset({
     ApiKey.LIST_PARTITION_REASSIGNMENTS,  # what the quorum committed, not a broker's lag
     ApiKey.DELETE_PARTITIONS, ApiKey.ALTER_CHUNK_ASSIGNMENTS,
     ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
-    ApiKey.UPDATE_FEATURES,
+    ApiKey.UPDATE_FEATURES, ApiKey.UNREGISTER_BROKER,
 })
 FORWARD_TIMEOUT_S = 30.0
 RETRY_BACKOFF_S = 0.1
@@ -120,6 +120,14 @@ def error_response(api_key: int, request: Any, error: KafkaError) -> Any:
     if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
         return _reg["AlterPartitionReassignmentsResponse"].cls(
             throttle_time_ms=0, error_code=code, error_message=message, responses=[])
+    if api_key == ApiKey.UPDATE_FEATURES:
+        cls = _reg["UpdateFeaturesResponse"].cls
+        return cls(throttle_time_ms=0, error_code=code, error_message=message, results=[
+            cls.UpdatableFeatureResult(feature=u.feature, error_code=code, error_message=message)
+            for u in request.feature_updates])
+    if api_key == ApiKey.UNREGISTER_BROKER:
+        return _reg["UnregisterBrokerResponse"].cls(throttle_time_ms=0, error_code=code,
+                                                    error_message=message)
     if api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
         return _reg["ListPartitionReassignmentsResponse"].cls(
             throttle_time_ms=0, error_code=code, error_message=message, topics=[])

@@ -13,8 +13,10 @@ acknowledged writes lost, duplicated or moved: none may be.
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,3 +147,22 @@ def test_the_whole_isr_dies_in_sequence_and_an_eligible_replica_leads_again(
     check_history(writer.acked, read)  # none lost, duplicated or moved; offsets dense
     controller_log = nodes[cluster.voter_ids[0]].log()
     assert "unclean leader election" not in controller_log
+
+
+def test_a_broker_gone_for_good_is_unregistered_with_the_cluster_tool(cluster: Cluster) -> None:
+    """kafka-cluster.sh unregister: the stopped broker leaves the cluster's brokers and every
+    ISR; started again, it registers anew."""
+    a, b, c = (n.node_id for n in cluster.brokers)
+    nodes = cluster.nodes
+    assert nodes[c].stop() == 0
+    launcher = Path(__file__).resolve().parents[2] / "bin" / "kafka-cluster.sh"
+    done = subprocess.run([str(launcher), "unregister", "--bootstrap-server", nodes[a].bootstrap,
+                           "--id", str(c)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, f"Broker {c} is no longer registered.\n"), \
+        done.stderr
+    admin = AdminClient({"bootstrap.servers": nodes[a].bootstrap})
+    wait_until(lambda: c not in admin.list_topics(timeout=10).brokers, 20, "c unregistered")
+    assert c not in state(nodes[a])[1]
+    nodes[c].start()
+    nodes[c].wait_ready()
+    wait_until(lambda: c in admin.list_topics(timeout=10).brokers, 30, "c registered again")

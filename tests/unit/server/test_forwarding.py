@@ -50,6 +50,11 @@ def _request(api_key: int) -> object:
     if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         return cls(deletions=[cls.ScramCredentialDeletion(name="u", mechanism=1)],
                    upsertions=[])
+    if api_key == ApiKey.UPDATE_FEATURES:
+        return cls(feature_updates=[cls.FeatureUpdateKey(feature="share.version",
+                                                         max_version_level=1)])
+    if api_key == ApiKey.UNREGISTER_BROKER:
+        return cls(broker_id=7)
     return cls(entries=[cls.EntryData(entity=[cls.EntityData(entity_type="user",
                                                              entity_name="u")], ops=[])])
 
@@ -59,7 +64,7 @@ def test_every_entry_gets_the_error_and_every_version_encodes(api_key: int) -> N
     response = error_response(api_key, _request(api_key),
                               KafkaError(ErrorCode.REQUEST_TIMED_OUT, "no controller"))
     if api_key in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-                   ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                   ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.UNREGISTER_BROKER,
                    ApiKey.DELETE_PARTITIONS):  # one top-level error code
         assert response.error_code == ErrorCode.REQUEST_TIMED_OUT
     elif api_key == ApiKey.ELECT_LEADERS:  # both: v0 has no top-level code
