@@ -26,6 +26,7 @@ from kafka_ext.cli import (
     dump_log,
     features,
     get_offsets,
+    groups,
     healthcheck,
     leader_election,
     log_dirs,
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     leader_election.add_parser(subparsers)
     features.add_parser(subparsers)
     cluster.add_parser(subparsers)
+    groups.add_parser(subparsers)
     acls.add_parser(subparsers)
     chunks.add_parser(subparsers)
     storage.add_parser(subparsers)
