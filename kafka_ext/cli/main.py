@@ -24,6 +24,7 @@ from kafka_ext.cli import (
     delete_records,
     docker_entrypoint,
     dump_log,
+    e2e_latency,
     features,
     get_offsets,
     groups,
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     features.add_parser(subparsers)
     cluster.add_parser(subparsers)
     groups.add_parser(subparsers)
+    e2e_latency.add_parser(subparsers)
     acls.add_parser(subparsers)
     chunks.add_parser(subparsers)
     storage.add_parser(subparsers)
