@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -271,9 +271,20 @@ async def _fetch(ctx: RequestContext, session: ShareSession,
         for answer in fetching:
             if answer.error:
                 continue
+            key = (answer.topic_id, answer.partition)
+            loading = manager.share_partition(session.group_id, answer.topic,
+                                              answer.topic_id, answer.partition)
             try:
-                loaded = await manager.share_partition(session.group_id, answer.topic,
-                                                       answer.topic_id, answer.partition)
+                if acquired and key not in session.fetched:
+                    # As Kafka skips a share-partition still initializing once others have
+                    # records: answer with those, and let this one load meanwhile.
+                    ready = await _ready_now(loading)
+                    if ready is None:
+                        continue
+                    loaded = ready
+                else:
+                    loaded = await loading
+                session.fetched.add(key)
                 got = await manager.read(loaded, session.member_id,
                                          max(request.max_bytes - total_bytes, 0),
                                          max_records - acquired,
@@ -291,6 +302,17 @@ async def _fetch(ctx: RequestContext, session: ShareSession,
             return
         await broker.replica_manager.wait_for_data(
             [(a.topic, a.partition) for a in fetching], remaining)
+
+
+async def _ready_now(loading: Awaitable[Any]) -> Any | None:
+    """What `loading` gives if it is done within one turn of the loop, else None (it goes on
+    in the background; its outcome is the next fetch's)."""
+    task = asyncio.ensure_future(loading)
+    await asyncio.wait({task}, timeout=0)
+    if task.done():
+        return task.result()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return None
 
 
 def _fetch_response(ctx: RequestContext, Response: Any, answers: list[_PartitionAnswer],

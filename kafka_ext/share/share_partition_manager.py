@@ -118,8 +118,17 @@ class SharePartitionManager:
             await asyncio.gather(*self._writes, return_exceptions=True)
 
     def _on_image(self, old: Any, new: Any) -> None:
-        """Drop share-partitions whose partition this broker no longer holds at their epoch."""
+        """Drop share-partitions whose partition this broker no longer holds at their epoch.
+        One leader epoch more with this broker still the leader (KIP-253's bump of every
+        partition when partitions are added) keeps the share-partition and its locks, as
+        Kafka keeps them while its broker stays leader: a single step up cannot have given
+        the partition to another broker in between, which a larger one may have."""
         for key, loaded in list(self._partitions.items()):
+            now = share_owner(new, loaded.topic, loaded.partition)
+            if (now == (self.broker.node_id, loaded.leader_epoch + 1)
+                    and self._holds(old, loaded)):
+                loaded.leader_epoch = now[1]
+                loaded.source.leader_epoch = now[1]
             if not self._holds(new, loaded):
                 log.info("share-partition %s-%d of group %s: no longer led here",
                          loaded.topic, loaded.partition, key[0])

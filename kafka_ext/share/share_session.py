@@ -34,6 +34,8 @@ class ShareSession:
     epoch: int = 1                    # the epoch the next request must carry
     partitions: SessionPartitions = field(default_factory=dict)
     last_used_s: float = 0.0
+    # share-partitions this session has read from: loaded here already, or loaded before
+    fetched: set[tuple[uuid.UUID, int]] = field(default_factory=set)
 
     @property
     def key(self) -> tuple[str, str]:

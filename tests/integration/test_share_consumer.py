@@ -25,6 +25,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     ResourceType,
 )
 
@@ -73,6 +74,15 @@ def produce(bootstrap: str, topic: str, count: int, pause_s: float = 0.0) -> Non
         if pause_s and i % 10 == 9:
             producer.poll(0)
             time.sleep(pause_s * 10)
+    assert producer.flush(30) == 0
+
+
+def produce_to_each(bootstrap: str, topic: str, partitions: tuple[int, ...], count: int
+                    ) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition in partitions:
+        for i in range(count):
+            producer.produce(topic, value=b"%d" % i, partition=partition)
     assert producer.flush(30) == 0
 
 
@@ -255,3 +265,51 @@ def test_a_consumer_killed_mid_batch_has_its_records_redelivered(broker: BrokerP
         assert [(m.offset(), m.delivery_count()) for m in got] == [(o, 2) for o in range(20)]
     finally:
         survivor.close()
+
+
+def test_growing_the_topic_keeps_the_locks_on_its_existing_partitions(
+        broker: BrokerProcess) -> None:
+    """librdkafka's 0171 do_test_partition_increase_during_consume: records acquired before
+    CreatePartitions are acknowledged after it, once, and never delivered again."""
+    topic = new_topic_name("grow")
+    create_topic(broker.bootstrap, topic)
+    group = share_group(broker.bootstrap, "grow", **{"share.record.lock.duration.ms": "60000"})
+    produce(broker.bootstrap, topic, 10)
+    consumer = share_consumer(broker.bootstrap, group, topic,
+                              **{"share.acknowledgement.mode": "explicit"})
+    try:
+        held = wait_until(lambda: poll_records(consumer), 30, "the first delivery")
+        assert [m.offset() for m in held] == list(range(10))
+        admin = confluent_admin(broker.bootstrap)
+        for future in admin.create_partitions([NewPartitions(topic, 2)]).values():
+            future.result(20)
+        wait_until(lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+                   == 2, 30, "the grown topic")
+        for message in held:
+            consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+        consumer.commit_sync()
+        assert [(m.partition(), m.offset(), m.delivery_count())
+                for m in poll_records(consumer, 2.0)] == []
+    finally:
+        consumer.close()
+
+
+def test_a_share_partition_still_loading_does_not_hold_up_the_others(
+        broker: BrokerProcess) -> None:
+    """librdkafka's 0179 do_test_destroy_with_explicit_ack, as Kafka 4.2 answers it: a new
+    group's first ShareFetch hands out the records of the first share-partition that is
+    loaded, without waiting for the second; that one's records come with the next fetch."""
+    topic = new_topic_name("loading")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    group = share_group(broker.bootstrap, "loading")
+    produce_to_each(broker.bootstrap, topic, (0, 1), 10)
+    consumer = share_consumer(broker.bootstrap, group, topic)
+    try:
+        first = wait_until(lambda: poll_records(consumer), 30, "the first delivery")
+        second = wait_until(lambda: poll_records(consumer), 30, "the second delivery")
+        assert [len(first), len(second)] == [10, 10]
+        assert {m.partition() for m in first} != {m.partition() for m in second}
+        assert sorted((m.partition(), m.offset()) for m in first + second) == [
+            (p, o) for p in (0, 1) for o in range(10)]
+    finally:
+        consumer.close()
