@@ -37,6 +37,7 @@ from kafka_ext.cli import (
     share_groups,
     storage,
     topics,
+    verifiable_consumer,
     verifiable_producer,
 )
 from kafka_ext.cli.client_config import UsageError
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_parser(subparsers)
     e2e_latency.add_parser(subparsers)
     verifiable_producer.add_parser(subparsers)
+    verifiable_consumer.add_parser(subparsers)
     acls.add_parser(subparsers)
     chunks.add_parser(subparsers)
     storage.add_parser(subparsers)
