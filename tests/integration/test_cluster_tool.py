@@ -1,6 +1,6 @@
 """`kafka-ext cluster` (kafka-cluster.sh) against a real broker: the cluster id, and an
 unregistration refused for a broker that is not registered. Unregistering a real broker of a
-cluster is in tests/cluster/test_eligible_leader_replicas.py."""
+cluster is in tests/cluster/test_elr_cluster.py."""
 
 from __future__ import annotations
 
