@@ -15,6 +15,8 @@ _IRREGULAR = {
     "REQUEST_TIMED_OUT": "TimeoutException",
     "NETWORK_EXCEPTION": "NetworkException",
     "NOT_CONTROLLER": "NotControllerException",
+    "DELEGATION_TOKEN_AUTH_DISABLED": "DelegationTokenDisabledException",
+    "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED": "UnsupportedByAuthenticationException",
 }
 # Errors.java's default message of the codes the tools may meet without a broker message.
 _DEFAULT_MESSAGES = {
@@ -24,6 +26,15 @@ _DEFAULT_MESSAGES = {
     "DUPLICATE_RESOURCE": "A request illegally referred to the same resource twice.",
     "UNACCEPTABLE_CREDENTIAL": "Requested credential would not meet criteria for acceptability.",
     "NOT_CONTROLLER": "This is not the correct controller for this cluster.",
+    "DELEGATION_TOKEN_AUTH_DISABLED": "Delegation Token feature is not enabled.",
+    "DELEGATION_TOKEN_NOT_FOUND": "Delegation Token is not found on server.",
+    "DELEGATION_TOKEN_OWNER_MISMATCH": "Specified Principal is not valid Owner/Renewer.",
+    "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED": "Delegation Token requests are not allowed on "
+                                            "PLAINTEXT/1-way SSL channels and on delegation "
+                                            "token authenticated channels.",
+    "DELEGATION_TOKEN_AUTHORIZATION_FAILED": "Delegation Token authorization failed.",
+    "DELEGATION_TOKEN_EXPIRED": "Delegation Token is expired.",
+    "INVALID_PRINCIPAL_TYPE": "Supplied principalType is not supported.",
 }
 
 

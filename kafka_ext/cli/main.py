@@ -21,6 +21,7 @@ from kafka_ext.cli import (
     console_producer,
     consumer_groups,
     consumer_perf_test,
+    delegation_tokens,
     delete_records,
     docker_entrypoint,
     dump_log,
@@ -37,6 +38,7 @@ from kafka_ext.cli import (
     share_groups,
     storage,
     topics,
+    transactions,
     verifiable_consumer,
     verifiable_producer,
 )
@@ -116,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     e2e_latency.add_parser(subparsers)
     verifiable_producer.add_parser(subparsers)
     verifiable_consumer.add_parser(subparsers)
+    transactions.add_parser(subparsers)
     acls.add_parser(subparsers)
+    delegation_tokens.add_parser(subparsers)
     chunks.add_parser(subparsers)
     storage.add_parser(subparsers)
     metadata_quorum.add_parser(subparsers)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kafka_ext.cli.client_config import UsageError, read_properties_file
+from kafka_ext.cli.tables import pretty_table
 from kafka_ext.client.probe import round_trip
 from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode
@@ -211,14 +212,12 @@ def format_replication(quorum: Any, human_readable: bool, now_ms: int) -> str:
                               f"clock.\nCurrent timestamp is {now_ms}, {what} timestamp is {ts}")
         return f"{now_ms - ts} ms ago"
 
-    rows = [["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
-             "LastCaughtUpTimestamp", "Status"]]
+    rows: list[list[str]] = []
     for replicas, status in groups:
         for r in replicas:
             rows.append([str(r.replica_id), kafka_uuid_to_str(r.replica_directory_id),
                          str(r.log_end_offset), str(leader.log_end_offset - r.log_end_offset),
                          when(r.last_fetch_timestamp, "last fetch"),
                          when(r.last_caught_up_timestamp, "last caught up"), status])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "".join("".join(cell.ljust(w) + "\t" for cell, w in zip(row, widths, strict=True))
-                   + "\n" for row in rows)
+    return pretty_table(["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
+                         "LastCaughtUpTimestamp", "Status"], rows)

@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kafka_ext.controller import delegation_tokens
 from kafka_ext.security.acl import AclEntry
+from kafka_ext.security.delegation_token import TokenInformation
 from kafka_ext.security.sasl import SCRAM_MECHANISM_NAMES, ScramCredential
 
 # Partition reduction (seed 002): a partition's mode.
@@ -208,6 +210,8 @@ class MetadataImage:
     scram_credentials: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
     # ACLs (AccessControlEntryRecord) by their id; see security/acl.py.
     acls: dict[uuid.UUID, AclEntry] = field(default_factory=dict)
+    # Delegation tokens (DelegationTokenRecord) by token id; controller/delegation_tokens.py.
+    delegation_tokens: dict[str, TokenInformation] = field(default_factory=dict)
 
     @property
     def elr_enabled(self) -> bool:
@@ -266,6 +270,7 @@ class MetadataDelta:
         self._brokers: dict[int, BrokerRegistration] | None = None
         self._scram: dict[str, dict[str, ScramCredential]] | None = None
         self._acls: dict[uuid.UUID, AclEntry] | None = None
+        self._tokens: dict[str, TokenInformation] | None = None
         # Topics whose partitions dict this delta already copied (safe to mutate), by id.
         self._own_partitions: set[uuid.UUID] = set()
 
@@ -319,6 +324,11 @@ class MetadataDelta:
             self._acls = dict(self.base.acls)
         return self._acls
 
+    def delegation_tokens(self) -> dict[str, TokenInformation]:
+        if self._tokens is None:
+            self._tokens = dict(self.base.delegation_tokens)
+        return self._tokens
+
     def brokers(self) -> dict[int, BrokerRegistration]:
         if self._brokers is None:
             self._brokers = dict(self.base.brokers)
@@ -349,6 +359,8 @@ class MetadataDelta:
             brokers=base.brokers if self._brokers is None else self._brokers,
             scram_credentials=base.scram_credentials if self._scram is None else self._scram,
             acls=base.acls if self._acls is None else self._acls,
+            delegation_tokens=(base.delegation_tokens if self._tokens is None
+                               else self._tokens),
         )
 
 
@@ -593,4 +605,5 @@ _APPLIERS: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "RemoveUserScramCredentialRecord": _apply_remove_scram_credential,
     "AccessControlEntryRecord": _apply_acl,
     "RemoveAccessControlEntryRecord": _remove_acl,
+    **delegation_tokens.APPLIERS,
 }

@@ -924,6 +924,16 @@ class QuorumController:
                 await self._commit(records)
             return matched
 
+    async def change_delegation_tokens(self, change: Callable[[MetadataImage],
+                                                              tuple[list[Any], Any]]) -> Any:
+        """Commit the records `change` makes of the image (a rule of controller/
+        delegation_tokens.py, KIP-48) under the controller lock; its answer."""
+        async with self._lock:
+            records, answer = change(self.image)
+            if records:
+                await self._commit(records)
+            return answer
+
     # -- brokers (BrokerRegistration 62, BrokerHeartbeat 63) ---------------------------------
 
     def clock_ms(self) -> float:

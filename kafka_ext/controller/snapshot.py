@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kafka_ext.controller.delegation_tokens import delegation_token_records
 from kafka_ext.controller.image import MetadataImage
 from kafka_ext.controller.metadata_log import decode_metadata_record, encode_metadata_record
 from kafka_ext.protocol.errors import DecodeError
@@ -64,7 +65,7 @@ def image_records(image: MetadataImage) -> list[Any]:
     return [*_feature_records(image), *_broker_records(image), *_log_dir_records(image),
             *_topic_records(image),
             *_config_records(image), *_client_quota_records(image),
-            *_scram_records(image), *_acl_records(image),
+            *_scram_records(image), *_acl_records(image), *delegation_token_records(image),
             *_producer_id_records(image)]
 
 

@@ -3,7 +3,9 @@
 PLAIN (RFC 4616) checks the `user_NAME="password"` entries of the listener's JAAS config, as
 Kafka's PlainServerCallbackHandler does. SCRAM-SHA-256/512 (RFC 5802/7677) is `scramp`'s
 exchange over the credentials kept as metadata records: only the salt, stored key, server key and
-iteration count are ever stored, never a password.
+iteration count are ever stored, never a password. A SCRAM login whose client-first message
+carries Kafka's `tokenauth=true` extension is a delegation token's (KIP-48): the user name is
+the token id and the principal is the token's owner (security/delegation_token.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from scramp import ScramClient, ScramException, ScramMechanism
+
+from kafka_ext.security.principal import USER_TYPE, KafkaPrincipal
 
 PLAIN = "PLAIN"
 # Kafka's ScramMechanism type numbers, as records and the SCRAM admin APIs carry them.
@@ -40,6 +44,18 @@ class ScramCredential(NamedTuple):
     stored_key: bytes
     server_key: bytes
     iterations: int
+
+
+class TokenLogin(NamedTuple):
+    """What a delegation-token login is checked against and logs in as."""
+
+    credential: ScramCredential
+    owner: KafkaPrincipal
+    expiry_timestamp_ms: int  # wall-clock ms
+
+
+# The SCRAM extension marking a delegation-token login (Kafka's ScramLoginModule.TOKEN_AUTH_CONFIG).
+TOKEN_AUTH_EXTENSION = "tokenauth"
 
 
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
@@ -92,11 +108,20 @@ def plain_users(jaas_options: Mapping[str, str]) -> dict[str, str]:
 # -- the broker's side -----------------------------------------------------------------------------
 
 class SaslServer:
-    """One SASL exchange on one connection: `evaluate` each client token until `complete`."""
+    """One SASL exchange on one connection: `evaluate` each client token until `complete`.
+    `token` is set when the login was a delegation token's."""
 
     mechanism: str
     complete: bool
     username: str | None
+    token: TokenLogin | None = None
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        """Who the completed login is: the user, or a token's owner."""
+        assert self.username is not None
+        return self.token.owner if self.token is not None else KafkaPrincipal(USER_TYPE,
+                                                                              self.username)
 
     def evaluate(self, token: bytes) -> bytes:  # pragma: no cover - interface
         raise NotImplementedError
@@ -135,17 +160,27 @@ class ScramServer(SaslServer):
     """SCRAM: client-first -> server-first, client-final -> server-final (two rounds)."""
 
     def __init__(self, mechanism: str,
-                 credential_of: Callable[[str, str], ScramCredential | None]) -> None:
+                 credential_of: Callable[[str, str], ScramCredential | None],
+                 token_of: Callable[[str, str], TokenLogin | None] = lambda _id, _m: None
+                 ) -> None:
         self.mechanism = mechanism
         self._credential_of = credential_of
+        self._token_of = token_of
+        self._token_auth = False
         self._exchange = ScramMechanism(mechanism).make_server(self._auth_info)
         self._round = 0
         self._user: str | None = None
         self.complete = False
         self.username = None
+        self.token = None
 
     def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:
-        credential = self._credential_of(username, self.mechanism)
+        credential = None
+        if self._token_auth:
+            self.token = self._token_of(username, self.mechanism)
+            credential = self.token.credential if self.token is not None else None
+        else:
+            credential = self._credential_of(username, self.mechanism)
         if credential is None:
             raise AuthenticationFailed("Authentication failed during authentication due to "
                                        f"invalid credentials with SASL mechanism {self.mechanism}")
@@ -157,7 +192,12 @@ class ScramServer(SaslServer):
             message = token.decode("utf-8")
             if self._round == 0:
                 self._round = 1
-                self._exchange.set_client_first(message)
+                bare_message, extensions = split_scram_extensions(message)
+                self._token_auth = extensions.get(TOKEN_AUTH_EXTENSION, "").lower() == "true"
+                self._exchange.set_client_first(bare_message)
+                # The client's proof covers its whole client-first-bare, extensions included
+                # (Kafka's ClientFirstMessage.clientFirstMessageBare): scramp must sign that.
+                self._exchange.client_first_bare += message[len(bare_message):]
                 return self._exchange.get_server_first().encode()
             if self._round == 1:
                 self._round = 2
@@ -177,22 +217,47 @@ class ScramServer(SaslServer):
                                    "exchange")
 
 
+def split_scram_extensions(client_first: str) -> tuple[str, dict[str, str]]:
+    """A SCRAM client-first message without the extensions after its nonce, and those
+    extensions. Kafka's keys are words (`tokenauth=true`), which RFC 5802 parsers such as
+    scramp refuse, so they come off before scramp parses the rest."""
+    parts = client_first.split(",")
+    # The gs2 header is the first two parts; then n=..., r=..., then any extensions.
+    nonce_at = next((i for i in range(3, len(parts)) if parts[i].startswith("r=")), None)
+    if nonce_at is None:
+        return client_first, {}
+    extensions: dict[str, str] = {}
+    for part in parts[nonce_at + 1:]:
+        key, sep, value = part.partition("=")
+        if not sep:
+            return client_first, {}  # malformed: scramp refuses the whole message
+        extensions[key] = value
+    return ",".join(parts[:nonce_at + 1]), extensions
+
+
 # -- this node's side, towards other nodes ------------------------------------------------------
 
 class SaslClient:
     """The client half of PLAIN or SCRAM: `first()`, then `answer(challenge)` until done."""
 
-    def __init__(self, mechanism: str, username: str, password: str) -> None:
+    def __init__(self, mechanism: str, username: str, password: str,
+                 token_auth: bool = False) -> None:
+        """`token_auth`: log in with a delegation token (SCRAM only): username = token id,
+        password = its base64 HMAC, with Kafka's `tokenauth=true` extension."""
         self.mechanism = mechanism
         self._username, self._password = username, password
         self._scram = (ScramClient([mechanism], username, password)
                        if mechanism in SCRAM_MECHANISMS else None)
+        self._extensions = f",{TOKEN_AUTH_EXTENSION}=true" if token_auth else ""
         self._sent_final = False
 
     def first(self) -> bytes:
         if self._scram is None:
             return b"\0" + self._username.encode() + b"\0" + self._password.encode()
-        return self._scram.get_client_first().encode()
+        first = self._scram.get_client_first() + self._extensions
+        # As Kafka's client: the extensions belong to the client-first-bare the proof signs.
+        self._scram.client_first_bare += self._extensions
+        return first.encode()
 
     def answer(self, challenge: bytes) -> bytes | None:
         """The next token for the server's `challenge`; None once the exchange is complete.

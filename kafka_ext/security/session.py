@@ -78,6 +78,8 @@ class ConnectionSecurity:
     authenticated: bool
     principal: KafkaPrincipal = ANONYMOUS
     mechanism: str | None = None
+    # Logged in with a delegation token (KIP-48): such a principal may not manage tokens.
+    token_authenticated: bool = False
     # The SASL exchange under way, and whether the client skipped Kafka's framing for it
     # (SaslHandshake v0: raw size-prefixed tokens follow, no SaslAuthenticate).
     exchange: SaslServer | None = None

@@ -10,7 +10,8 @@ A refused login is answered with SASL_AUTHENTICATION_FAILED after
 `connection.failed.authentication.delay.ms`, and the connection closes once that answer is out.
 With `connections.max.reauth.ms` a session has a lifetime (KIP-368): the client logs in again on
 the same connection before it ends (same principal required); a request after the end closes
-the connection.
+the connection. A delegation token's login (SCRAM with `tokenauth=true`, KIP-48) is its owner's,
+and its session ends when the token expires, as in Kafka; an expired token is refused.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from kafka_ext.protocol.api_keys import ApiKey
 from kafka_ext.protocol.errors import ErrorCode
 from kafka_ext.protocol.framing import SIZE
 from kafka_ext.protocol.messages import registry
-from kafka_ext.security.principal import USER_TYPE, KafkaPrincipal
 from kafka_ext.security.sasl import (
     PLAIN,
     AuthenticationFailed,
@@ -34,6 +34,7 @@ from kafka_ext.security.sasl import (
     ScramServer,
 )
 from kafka_ext.security.session import ConnectionSecurity
+from kafka_ext.server.delegation_tokens import token_login
 
 if TYPE_CHECKING:
     from kafka_ext.server.broker import Broker
@@ -72,7 +73,8 @@ async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
 def _new_exchange(broker: Broker, security: ConnectionSecurity, mechanism: str) -> SaslServer:
     if mechanism == PLAIN:
         return PlainServer(security.listener.plain_users)
-    return ScramServer(mechanism, broker.scram_credential)
+    return ScramServer(mechanism, broker.scram_credential,
+                       lambda token_id, m: token_login(broker, token_id, m))
 
 
 async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
@@ -115,21 +117,30 @@ async def raw_token(conn: KafkaConnection, frame: bytes | memoryview) -> list[An
 def _complete(conn: KafkaConnection, exchange: SaslServer) -> int:
     """Log the connection in; the session lifetime to tell the client (0: unbounded)."""
     security = conn.security
-    assert exchange.username is not None
-    principal = KafkaPrincipal(USER_TYPE, exchange.username)
+    principal = exchange.principal
     if security.authenticated and principal != security.principal:
         raise AuthenticationFailed("Cannot change principals during re-authentication from "
                                    f"{security.principal}: {principal}")
+    lifetime_ms = security.listener.reauth_ms
+    token = exchange.token
+    if token is not None:
+        # Kafka's SaslServerAuthenticator: a token's session ends with the token.
+        left_ms = token.expiry_timestamp_ms - int(time.time() * 1000)
+        if left_ms <= 0:
+            raise AuthenticationFailed("Authentication failed: Delegation token expired")
+        lifetime_ms = min(lifetime_ms, left_ms) if lifetime_ms else left_ms
     security.principal = principal
+    security.token_authenticated = token is not None
     security.mechanism = exchange.mechanism
     security.authenticated = True
     security.exchange = None
     security.raw_tokens = False
     conn.authenticated()
-    reauth_ms = security.listener.reauth_ms
-    security.session_expires_at = time.monotonic() + reauth_ms / 1000 if reauth_ms else None
-    log.debug("%s authenticated as %s with %s", conn.peer, principal, exchange.mechanism)
-    return reauth_ms
+    security.session_expires_at = (time.monotonic() + lifetime_ms / 1000 if lifetime_ms
+                                   else None)
+    log.debug("%s authenticated as %s with %s%s", conn.peer, principal, exchange.mechanism,
+              " (delegation token)" if token is not None else "")
+    return lifetime_ms
 
 
 async def _refuse(conn: KafkaConnection, reason: str) -> None:

@@ -60,6 +60,7 @@ from kafka_ext.server import (
     api_versions,
     authentication,
     chunks,
+    delegation_tokens,
     diskless,
     features,
     forwarding,
@@ -282,6 +283,7 @@ class Broker:
             **partition_count.HANDLERS,  # KIP-253, partition reduction
             **chunks.HANDLERS,  # CreateChunks, AlterChunkAssignments (seed 000)
             **security_admin.HANDLERS,  # SCRAM credentials and ACLs
+            **delegation_tokens.HANDLERS,  # KIP-48: Create/Renew/Expire/DescribeDelegationToken
             **share_groups.HANDLERS,  # Describe/Alter/DeleteShareGroupOffsets (KIP-932)
             **share_state.HANDLERS,  # the share coordinator's 83-87 (KIP-932)
             **share_fetch.HANDLERS,  # ShareFetch, ShareAcknowledge (KIP-932)
@@ -506,6 +508,9 @@ class Broker:
             self._tasks.append(loop.create_task(self._every(
                 int(str(values["leader.imbalance.check.interval.seconds"])),
                 self.controller.balance_leaders)))
+        self._tasks.append(loop.create_task(self._every(  # KIP-48: expired delegation tokens
+            int(str(values["delegation.token.expiry.check.interval.ms"])) / 1000,
+            lambda: delegation_tokens.remove_expired_tokens(self.controller))))
 
     async def _start_controller_only(self) -> None:
         """`process.roles=controller`: a quorum voter and, when it leads, the active
@@ -786,6 +791,7 @@ _CONTROLLER_APIS = frozenset({
     ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.DESCRIBE_ACLS,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
     ApiKey.UPDATE_FEATURES, ApiKey.UNREGISTER_BROKER,
+    ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN, ApiKey.EXPIRE_DELEGATION_TOKEN,
 })
 
 

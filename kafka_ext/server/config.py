@@ -765,6 +765,16 @@ _BROKER_DEFS: tuple[ConfigDef, ...] = (
     _d("connection.failed.authentication.delay.ms", _I, 100,
        "Delay before the answer to a failed authentication, which then closes the connection.",
        "ms", at_least(0)),
+    # Delegation tokens (KIP-48, docs/security.md): on exactly when the secret key is set.
+    _d("delegation.token.secret.key", _P, None,
+       "Secret key that signs delegation tokens (HmacSHA512 of the token id); the same on every "
+       "node of the cluster. Unset: the token APIs answer DELEGATION_TOKEN_AUTH_DISABLED.", ""),
+    _d("delegation.token.max.lifetime.ms", _L, 7 * 24 * 3600 * 1000,
+       "Longest a delegation token lives, renewals included.", "ms", at_least(1)),
+    _d("delegation.token.expiry.time.ms", _L, 24 * 3600 * 1000,
+       "How long a delegation token is valid before it must be renewed.", "ms", at_least(1)),
+    _d("delegation.token.expiry.check.interval.ms", _L, 3600 * 1000,
+       "How often the active controller removes expired delegation tokens.", "ms", at_least(1)),
     # Client quotas (docs/quotas.md)
     _d("quota.window.num", _I, 11, "Samples kept for client quota rates.", "count", at_least(1)),
     _d("quota.window.size.seconds", _I, 1, "Time span of each client quota sample.", "s",

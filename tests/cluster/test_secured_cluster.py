@@ -42,7 +42,8 @@ class SecuredNode:
                                                                     free_port())
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def write_config(self, voters: str, tls: TlsMaterial) -> None:
+    def write_config(self, voters: str, tls: TlsMaterial,
+                     extra: dict[str, str] | None = None) -> None:
         settings = {
             "node.id": str(self.node_id), "process.roles": "broker,controller",
             "listeners": f"CLIENT://127.0.0.1:{self.client_port},"
@@ -68,6 +69,7 @@ class SecuredNode:
             "super.users": "User:broker;User:admin",
             "offsets.topic.replication.factor": "3", "transaction.state.log.replication.factor": "3",
             "transaction.state.log.min.isr": "2", "num.partitions": "1", **FAST_QUORUM,
+            **(extra or {}),
         }
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         formatted = subprocess.run(
@@ -121,12 +123,18 @@ class SecuredCluster:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredCluster]:
-    root = tmp_path_factory.mktemp("secured")
+    yield from serve_secured_cluster(tmp_path_factory.mktemp("secured"))
+
+
+def serve_secured_cluster(root: Path, extra: dict[str, str] | None = None
+                          ) -> Iterator[SecuredCluster]:
+    """Body of a module-scoped fixture: three secured nodes (with `extra` settings), up until
+    the module is done; fails on an unclean exit or a logged traceback."""
     tls = make_tls_material(root / "certs")
     nodes = [SecuredNode(root, i) for i in NODES]
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
     for node in nodes:
-        node.write_config(voters, tls)
+        node.write_config(voters, tls, extra)
         node.start()
     cluster = SecuredCluster(nodes, tls)
     try:
