@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from kafka_ext.cli import (
     acls,
+    broker_api_versions,
     chunks,
     cluster,
     configs,
@@ -35,6 +36,7 @@ from kafka_ext.cli import (
     metadata_quorum,
     producer_perf_test,
     reassign_partitions,
+    server_stop,
     share_groups,
     storage,
     topics,
@@ -106,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kafka-ext", description="A Kafka-protocol broker and its command-line tools.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_server_parser(subparsers)
+    server_stop.add_parser(subparsers)
     topics.add_parser(subparsers)
+    broker_api_versions.add_parser(subparsers)
     console_producer.add_parser(subparsers)
     console_consumer.add_parser(subparsers)
     log_dirs.add_parser(subparsers)

@@ -15,6 +15,7 @@ import re
 import socket
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import (
@@ -26,6 +27,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from kafka_ext.cli.broker_api_versions import BrokerError, negotiated_round_trip
+from kafka_ext.cli.broker_connection import SaslAuthenticationError, open_connection
 from kafka_ext.cli.chunks import (
     TRANSPORT_ERRORS,
     ChunkCommandError,
@@ -72,6 +75,8 @@ class TopicRow:
     topic_id: str
     partitions: tuple[PartitionRow, ...]
     configs: tuple[tuple[str, str], ...]
+    # The topic's effective min.insync.replicas; None when DescribeConfigs did not name it.
+    min_isr: int | None = None
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -99,6 +104,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                              "(ReadOnly) this long before their data is deleted (default 0)")
     parser.add_argument("--replication-factor", type=int, metavar="R",
                         help="replication factor for --create")
+    parser.add_argument("--replica-assignment", metavar="B1:B2,B3:B4,...",
+                        help="with --create, or --alter with --partitions: each partition's "
+                             "replicas by hand, partitions separated by commas and replicas by "
+                             "colons, the first replica the preferred leader (with --alter the "
+                             "list covers every partition; the existing ones are skipped)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="topic config override for --create (repeatable)")
     parser.add_argument("--if-exists", action="store_true",
@@ -111,6 +121,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                         help="with --describe: only partitions whose ISR is smaller than replicas")
     parser.add_argument("--unavailable-partitions", action="store_true",
                         help="with --describe: only partitions without a leader")
+    parser.add_argument("--under-min-isr-partitions", action="store_true",
+                        help="with --describe: only partitions whose ISR is smaller than the "
+                             "topic's min.insync.replicas (or that have no leader)")
+    parser.add_argument("--at-min-isr-partitions", action="store_true",
+                        help="with --describe: only partitions whose ISR is exactly the topic's "
+                             "min.insync.replicas")
+    parser.add_argument("--topics-with-overrides", action="store_true",
+                        help="with --describe: only the topic lines of topics with config "
+                             "overrides")
     parser.add_argument("--table", action="store_true",
                         help="with --describe: print a table instead of kafka-topics.sh lines")
     parser.set_defaults(run=run)
@@ -140,11 +159,50 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+ALTER_CONFIG_REFUSED = (
+    'Option combination "[[bootstrap-server], [config]]" can\'t be used with option "[alter]" '
+    "(To alter topic configurations, the kafka-configs tool can be used.)")
+ACTIONS = ("create", "list", "describe", "alter", "delete")
+# --describe's partition filters, which print partition lines only.
+PARTITION_REPORTS = ("under-replicated-partitions", "under-min-isr-partitions",
+                     "at-min-isr-partitions", "unavailable-partitions")
+
+
+def _refused(used: str, other: str) -> UsageError:
+    """kafka-topics.sh's message for two flags that do not combine."""
+    return UsageError(f'Option "[{used}]" can\'t be used with option "[{other}]"')
+
+
+def _is_set(args: argparse.Namespace, flag: str) -> bool:
+    value = getattr(args, flag.replace("-", "_"))
+    return value is not None and value is not False
+
+
+def _check_kafka_combinations(args: argparse.Namespace) -> None:
+    """The flag combinations kafka-topics.sh refuses, with its messages, in its order."""
+    action = next(a for a in ACTIONS if getattr(args, a))
+    if args.alter and args.config:
+        raise UsageError(ALTER_CONFIG_REFUSED)
+    if args.alter and args.partitions is None:
+        raise UsageError('Missing required argument "[partitions]"')
+    if args.replica_assignment is not None:
+        if action not in ("create", "alter"):
+            raise _refused("replica-assignment", action)
+        for flag in ("partitions", "replication-factor") if args.create else ():
+            if _is_set(args, flag):
+                raise _refused("replica-assignment", flag)
+    for flag in (*PARTITION_REPORTS, "topics-with-overrides"):
+        if _is_set(args, flag) and action != "describe":
+            raise _refused(flag, action)
+    for flag in PARTITION_REPORTS:
+        if _is_set(args, flag) and args.topics_with_overrides:
+            raise _refused(flag, "topics-with-overrides")
+
+
 def _check_args(args: argparse.Namespace) -> None:
     if (args.create or args.alter or args.delete) and not args.topic:
         raise UsageError("--topic is required with --create, --alter and --delete")
-    if args.alter and args.partitions is None:
-        raise UsageError("--alter needs --partitions (use kafka-configs for topic configs)")
+    _check_kafka_combinations(args)
     if args.config and not args.create:
         raise UsageError("--config is only valid with --create")
     if args.replication_factor is not None and not args.create:
@@ -207,13 +265,76 @@ def _require_topics(admin: AdminClient, args: argparse.Namespace) -> list[str]:
     return names
 
 
+def parse_replica_assignment(text: str) -> list[list[int]]:
+    """`1:2,2:3`: partition 0 on brokers 1 and 2, partition 1 on 2 and 3; refused as
+    kafka-topics.sh refuses a repeated broker or partitions of different sizes."""
+    assignment: list[list[int]] = []
+    for index, entry in enumerate(text.split(",")):
+        brokers: list[int] = []
+        for part in entry.split(":"):
+            try:
+                brokers.append(int(part.strip()))
+            except ValueError:
+                raise TopicCommandError(f'For input string: "{part.strip()}"') from None
+        repeated = sorted({b for b in brokers if brokers.count(b) > 1})
+        if repeated:
+            raise TopicCommandError("Partition replica lists may not contain duplicate "
+                                    f"entries: {','.join(map(str, repeated))}")
+        if assignment and len(brokers) != len(assignment[0]):
+            raise TopicCommandError(f"Partition {index} has different replication factor: "
+                                    f"[{', '.join(map(str, brokers))}]")
+        assignment.append(brokers)
+    return assignment
+
+
+def _replica_assignment(args: argparse.Namespace) -> list[list[int]] | None:
+    """The parsed --replica-assignment; None when absent or empty (as kafka-topics.sh)."""
+    return parse_replica_assignment(args.replica_assignment) if args.replica_assignment else None
+
+
+def _send(args: argparse.Namespace, api_key: ApiKey, request: Any) -> Any:
+    """One admin request through our codec, with --command-config's security settings, to the
+    bootstrap broker (which forwards it to the active controller), at the highest version both
+    sides know: for what confluent-kafka's AdminClient cannot send (replica assignments)."""
+    try:
+        with open_connection(args.bootstrap_server, args.command_config,
+                             REQUEST_TIMEOUT_S) as sock:
+            return negotiated_round_trip(sock, api_key, request)
+    except (OSError, SaslAuthenticationError, BrokerError) as exc:
+        raise TopicCommandError(f"{api_key.name} to {args.bootstrap_server} failed: "
+                                f"{exc}") from None
+
+
+def _create_assigned(args: argparse.Namespace, assignment: list[list[int]],
+                     configs: dict[str, str]) -> bool:
+    """CreateTopics with the partitions' replicas (confluent-kafka's NewTopic refuses them);
+    False when the topic exists and --if-not-exists is given."""
+    Request = registry().requests[ApiKey.CREATE_TOPICS].cls
+    request = Request(timeout_ms=int(REQUEST_TIMEOUT_S * 1000), topics=[Request.CreatableTopic(
+        name=args.topic, num_partitions=-1, replication_factor=-1,
+        assignments=[Request.CreatableReplicaAssignment(partition_index=p, broker_ids=replicas)
+                     for p, replicas in enumerate(assignment)],
+        configs=[Request.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()])])
+    (result,) = _send(args, ApiKey.CREATE_TOPICS, request).topics
+    if result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and args.if_not_exists:
+        return False
+    if result.error_code:
+        raise TopicCommandError(result.error_message or ErrorCode(result.error_code).name)
+    return True
+
+
 def _create(admin: AdminClient, args: argparse.Namespace) -> None:
     configs = parse_key_values(args.config, "--config")
     topic: str = args.topic
+    assignment = _replica_assignment(args)
     if args.if_not_exists and topic in _list_topics(admin, exclude_internal=False):
         return
     if "." in topic or "_" in topic:
         print(COLLISION_WARNING)
+    if assignment is not None:
+        if _create_assigned(args, assignment, configs):
+            print(f"Created topic {topic}.")
+        return
     new_topic = NewTopic(
         topic,
         num_partitions=-1 if args.partitions is None else args.partitions,
@@ -246,8 +367,12 @@ def _alter(admin: AdminClient, args: argparse.Namespace) -> None:
     counts = {name: len(admin.list_topics(name, timeout=REQUEST_TIMEOUT_S).topics[name].partitions)
               for name in names}
     growing = [n for n in names if args.partitions >= counts[n]]
+    assignment = _replica_assignment(args)
     if growing:
         print(KEYED_WARNING.format("increased"))
+    if growing and assignment is not None:
+        _grow_assigned(args, {n: counts[n] for n in growing}, assignment)
+    elif growing:
         futures = admin.create_partitions([NewPartitions(n, args.partitions) for n in growing],
                                           request_timeout=REQUEST_TIMEOUT_S)
         for name in growing:
@@ -256,6 +381,21 @@ def _alter(admin: AdminClient, args: argparse.Namespace) -> None:
     if shrinking:
         print(KEYED_WARNING.format("decreased"))
         _delete_partitions(args, {n: list(range(args.partitions, counts[n])) for n in shrinking})
+
+
+def _grow_assigned(args: argparse.Namespace, counts: dict[str, int],
+                   assignment: list[list[int]]) -> None:
+    """CreatePartitions with the new partitions' replicas: --replica-assignment lists every
+    partition, so those a topic already has are skipped, as kafka-topics.sh does."""
+    Request = registry().requests[ApiKey.CREATE_PARTITIONS].cls
+    request = Request(timeout_ms=int(REQUEST_TIMEOUT_S * 1000), validate_only=False, topics=[
+        Request.CreatePartitionsTopic(name=name, count=args.partitions, assignments=[
+            Request.CreatePartitionsTopic.CreatePartitionsAssignment(broker_ids=replicas)
+            for replicas in assignment[current:]])
+        for name, current in counts.items()])
+    for result in _send(args, ApiKey.CREATE_PARTITIONS, request).results:
+        if result.error_code:
+            raise TopicCommandError(result.error_message or ErrorCode(result.error_code).name)
 
 
 def _delete_partitions(args: argparse.Namespace, partitions: dict[str, list[int]]) -> None:
@@ -299,20 +439,25 @@ def _delete(admin: AdminClient, args: argparse.Namespace) -> None:
         futures[name].result()
 
 
-def _topic_overrides(admin: AdminClient, names: list[str]) -> dict[str, tuple[tuple[str, str], ...]]:
-    """Each topic's own config overrides (DYNAMIC_TOPIC_CONFIG entries), as --describe shows."""
+def _topic_configs(admin: AdminClient, names: list[str]
+                   ) -> dict[str, tuple[tuple[tuple[str, str], ...], int | None]]:
+    """Each topic's own config overrides (DYNAMIC_TOPIC_CONFIG entries), as --describe shows
+    them, and its effective min.insync.replicas (for the min-ISR filters)."""
     if not names:
         return {}
     resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
     futures = admin.describe_configs(resources, request_timeout=REQUEST_TIMEOUT_S)
-    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    out: dict[str, tuple[tuple[tuple[str, str], ...], int | None]] = {}
     for resource, future in futures.items():
         entries = future.result()
         overrides = sorted(
             (entry.name, "<sensitive>" if entry.is_sensitive else str(entry.value))
             for entry in entries.values()
             if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
-        out[resource.name] = tuple(overrides)
+        min_isr = entries.get("min.insync.replicas")
+        out[resource.name] = (tuple(overrides),
+                              None if min_isr is None or min_isr.value is None
+                              else int(min_isr.value))
     return out
 
 
@@ -326,7 +471,7 @@ def describe_topics(admin: AdminClient, names: list[str],
     if not names:
         return []
     futures = admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
-    overrides = _topic_overrides(admin, names)
+    configs = _topic_configs(admin, names)
     rows: list[TopicRow] = []
     for name in sorted(names):
         description = futures[name].result()
@@ -340,8 +485,9 @@ def describe_topics(admin: AdminClient, names: list[str],
                 eligible=(eligible or {}).get((name, p.id)),
             )
             for p in sorted(description.partitions, key=lambda p: p.id))
+        overrides, min_isr = configs.get(name, ((), None))
         rows.append(TopicRow(name, _kafka_uuid(str(description.topic_id)), partitions,
-                             overrides.get(name, ())))
+                             overrides, min_isr))
     return rows
 
 
@@ -449,20 +595,36 @@ def _eligible(args: argparse.Namespace, names: list[str]
 def _describe(admin: AdminClient, args: argparse.Namespace) -> None:
     names = _require_topics(admin, args)
     rows = describe_topics(admin, names, _chunks(args, names), _eligible(args, names))
-    only_problems = args.under_replicated_partitions or args.unavailable_partitions
+    only_problems = any(_is_set(args, flag) for flag in PARTITION_REPORTS)
+    if args.topics_with_overrides:
+        rows = [row for row in rows if row.configs]
     if args.table:
         _print_table(rows)
         return
     for row in rows:
-        if not only_problems:
+        if args.topics_with_overrides:  # topic lines only, as kafka-topics.sh
+            print(format_topic_lines(row)[0])
+        elif not only_problems:
             print("\n".join(format_topic_lines(row)))
-            continue
-        # With a partition filter kafka-topics.sh prints only the matching partition lines.
-        for p in row.partitions:
-            under = args.under_replicated_partitions and len(p.isr) < len(p.replicas)
-            unavailable = args.unavailable_partitions and p.leader is None
-            if under or unavailable:
-                print("\n".join(format_topic_lines(row, {p.partition})[1:]))
+        else:
+            # With a partition filter kafka-topics.sh prints only the matching partition lines.
+            for p in row.partitions:
+                if _reported(args, row, p):
+                    print("\n".join(format_topic_lines(row, {p.partition})[1:]))
+
+
+def _reported(args: argparse.Namespace, row: TopicRow, p: PartitionRow) -> bool:
+    """Whether a partition passes one of --describe's partition filters; a partition without
+    a leader is under its min ISR whatever its ISR, as kafka-topics.sh counts it."""
+    if args.under_replicated_partitions and len(p.isr) < len(p.replicas):
+        return True
+    if args.unavailable_partitions and p.leader is None:
+        return True
+    if row.min_isr is None:
+        return False
+    if args.under_min_isr_partitions and (p.leader is None or len(p.isr) < row.min_isr):
+        return True
+    return bool(args.at_min_isr_partitions and len(p.isr) == row.min_isr)
 
 
 def _print_table(rows: list[TopicRow]) -> None:
