@@ -330,7 +330,12 @@ def test_a_share_group_on_a_diskless_topic_survives_kill_9_of_its_coordinator(
     try:
         wait_until(lambda: ledger.count() >= SHARE_RECORDS // 4, 60, "a quarter consumed")
         cluster.nodes[owner_id].kill()
-        wait_until(lambda: ledger.acked_count() >= SHARE_RECORDS, 120, "everything acked")
+
+        def acked_or_failed() -> bool:
+            failed = [w.error for w in workers if w.error is not None]
+            assert not failed, f"a worker stopped: {failed}"
+            return ledger.acked_count() >= SHARE_RECORDS
+        wait_until(acked_or_failed, 120, "everything acked")
     finally:
         for worker in workers:
             worker.stop_event.set()
@@ -342,7 +347,8 @@ def test_a_share_group_on_a_diskless_topic_survives_kill_9_of_its_coordinator(
     lost = set(range(SHARE_RECORDS)) - set(ledger.deliveries)
     again = sorted(o for o, n in ledger.deliveries.items() if n > 1)
     print(f"diskless share group over a coordinator kill: {len(lost)} lost, {len(again)} "
-          f"delivered again, {len(ledger.after_ack)} after an ack")
+          f"delivered again, {len(ledger.after_ack)} after an ack, "
+          f"{sum(len(w.commit_errors) for w in workers)} acknowledgements retried")
     assert lost == set()
     assert ledger.after_ack == [], "an acknowledged record was delivered again"
     assert len(again) <= 2 * 2 * (POLL_RECORDS + 20)
