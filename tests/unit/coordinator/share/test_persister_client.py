@@ -146,7 +146,9 @@ async def test_a_coordinator_that_stays_away_fails_the_call_at_its_deadline(
         try:
             with pytest.raises(KafkaError) as info:
                 await persister.read(key, 0)
-            assert info.value.code == ErrorCode.NOT_COORDINATOR
+            # The last answer, or (a loaded machine) the last attempt that found no answer.
+            assert info.value.code in (ErrorCode.NOT_COORDINATOR,
+                                       ErrorCode.COORDINATOR_NOT_AVAILABLE)
         finally:
             await persister.stop()
 
